@@ -1,9 +1,174 @@
-"""`trm envs`: placeholder until its issue lands."""
+"""`trm envs`: the controller environments (SPEC §5): list the families, generate play logs,
+materialize a shipped bench's data."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+# Kept here (not imported from worker.envs) so `trm --help` does not load the environments.
+FAMILY_NAMES = ("route", "grid", "rebalance", "schedule", "verify")
+FORMAT_NAMES = ("trm_play_root", "router_jsonl", "reasoning_trace")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    return None
+    envs = sub.add_parser("envs", help="controller environments: list families, generate play logs")
+    verbs = envs.add_subparsers(dest="envs_verb", required=True, metavar="ACTION")
+
+    listing = verbs.add_parser("list", help="list the environment families")
+    listing.set_defaults(func=list_families)
+
+    gen = verbs.add_parser(
+        "generate",
+        help="write play logs for some families (deterministic in the arguments)",
+        description="Play oracle episodes with a share of labelled bad steps and write them.",
+    )
+    gen.add_argument(
+        "--families",
+        type=_families,
+        default=list(FAMILY_NAMES),
+        help=f"comma-separated, from {','.join(FAMILY_NAMES)} (default: all)",
+    )
+    gen.add_argument("--worlds", type=_positive, default=4, help="worlds per family (default 4)")
+    gen.add_argument(
+        "--episodes", type=_positive, default=20, help="episodes per world (default 20)"
+    )
+    gen.add_argument("--seed", type=int, default=0, help="generation seed (default 0)")
+    gen.add_argument(
+        "--noise",
+        type=_share,
+        default=0.2,
+        help="share of steps that are deliberate bad picks, 0..1 (default 0.2)",
+    )
+    gen.add_argument("--out", type=Path, required=True, help="output folder")
+    gen.add_argument(
+        "--format",
+        type=_formats,
+        default=["trm_play_root"],
+        help=f"comma-separated, from {','.join(FORMAT_NAMES)} (default trm_play_root)",
+    )
+    gen.add_argument("--force", action="store_true", help="replace data generated there before")
+    gen.set_defaults(func=generate_logs)
+
+    bench = verbs.add_parser("bench", help="generate a shipped bench's data into DATA_DIR (once)")
+    bench.add_argument("name", help="bench name, e.g. routerbench")
+    bench.add_argument("--data-dir", type=Path, default=None, help="default: settings DATA_DIR")
+    bench.set_defaults(func=bench_data)
+
+
+def list_families(args: argparse.Namespace) -> int:
+    from worker.envs.families import SUMMARIES
+
+    width = max(len(name) for name in SUMMARIES)
+    for name, summary in SUMMARIES.items():
+        print(f"{name:<{width}}  {summary}")
+    return 0
+
+
+def generate_logs(args: argparse.Namespace) -> int:
+    from worker.envs.generate import generate
+
+    if "router_jsonl" in args.format and "route" not in args.families:
+        return _fail("--format router_jsonl needs the route family in --families")
+    started = time.monotonic()
+    try:
+        result = generate(
+            args.out,
+            families=args.families,
+            worlds=args.worlds,
+            episodes=args.episodes,
+            seed=args.seed,
+            noise=args.noise,
+            formats=args.format,
+            replace=args.force,
+        )
+    except FileExistsError as exc:
+        return _fail(f"--out: {exc}; pass --force to replace it")
+    elapsed = time.monotonic() - started
+    kinds: Counter[str] = Counter()
+    for world in result.manifest["per_world"]:
+        kinds.update(world["kinds"])
+    print(
+        f"played {sum(kinds.values())} decisions in {elapsed:.1f}s: {len(args.families)} "
+        f"families x {args.worlds} worlds x {args.episodes} episodes "
+        f"(seed {args.seed}, noise {args.noise})"
+    )
+    print("  kinds: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
+    worlds = [f for f in result.files if f["path"].startswith("worlds/")]
+    if worlds:
+        rows = sum(f["rows"] for f in worlds)
+        print(
+            f"  {args.out / 'worlds'}/<world_id>/trm_traces.jsonl: {len(worlds)} files, {rows} rows"
+        )
+    for file in result.files:
+        if not file["path"].startswith("worlds/"):
+            print(f"  {args.out / file['path']}: {file['rows']} rows")
+    print(f"  {args.out / 'envs_manifest.json'}: worlds, counts, sha256, corpus sources[]")
+    return 0
+
+
+def bench_data(args: argparse.Namespace) -> int:
+    from worker.envs.benchdata import ensure_bench_data, load_bench
+
+    data_dir = args.data_dir
+    if data_dir is None:
+        from app.settings import get_settings
+
+        data_dir = get_settings().data_dir
+    try:
+        bench = load_bench(args.name)
+    except FileNotFoundError as exc:
+        return _fail(f"name: {exc}")
+    folder = ensure_bench_data(args.name, data_dir)
+    print(f"{args.name}: {folder} (anchors: {', '.join(bench.anchor_worlds)})")
+    return 0
+
+
+def _fail(message: str) -> int:
+    print(f"trm envs: {message}", file=sys.stderr)
+    return 2
+
+
+def _families(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one family")
+    for name in names:
+        if name not in FAMILY_NAMES:
+            raise argparse.ArgumentTypeError(
+                f"unknown family {name!r} (known: {', '.join(FAMILY_NAMES)})"
+            )
+    return list(dict.fromkeys(names))
+
+
+def _formats(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for name in names or [""]:
+        if name not in FORMAT_NAMES:
+            raise argparse.ArgumentTypeError(
+                f"unknown format {name!r} (known: {', '.join(FORMAT_NAMES)})"
+            )
+    return list(dict.fromkeys(names))
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
+    return value

@@ -1,10 +1,15 @@
-"""The corpus part of a `train` spec (SPEC §4). Draft: the corpus-builder issue owns and extends it."""
+"""The corpus part of a `train` spec (SPEC §4): which logs to read, how to split them, the knobs.
+
+Paths are strings here; the CLI resolves relative ones against the spec file, the API accepts only
+paths under `DATA_DIR`. The builder itself lives in `worker/corpus/` (this module stays light: the
+API process imports it).
+"""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class StrictModel(BaseModel):
@@ -12,14 +17,23 @@ class StrictModel(BaseModel):
 
 
 class TrmPlayRootSource(StrictModel):
+    """`<path>/worlds/*/trm_traces.jsonl`, the play logs of an AICOO/TRM setup (or `trm envs`)."""
+
     type: Literal["trm_play_root"]
-    name: str
+    name: str = Field(min_length=1)
     path: str
+    # "PICK n" counts candidates from 0 (the original traces); a row may override with `pick_base`.
+    pick_base: Literal[0, 1] = 0
+    # Run name for every row that names none (default: the source name).
+    run: str | None = None
 
 
 class JsonlSource(StrictModel):
+    """A JSONL file (or a folder of `*.jsonl`): rows already normalized, or reasoning traces
+    mapped field by field (dotted paths such as `obs.position`)."""
+
     type: Literal["jsonl"]
-    name: str
+    name: str = Field(min_length=1)
     path: str
     mode: Literal["normalized", "reasoning_trace"] = "normalized"
     state_fields: list[str] = Field(default_factory=list)
@@ -27,40 +41,109 @@ class JsonlSource(StrictModel):
     tools_default: list[str] | None = None
     action_field: str | None = None
     action_default: str | None = None
-    meta_fields: list[str] = Field(default_factory=list)
+    # A list of dotted paths (meta key = last part) or {meta_key: dotted_path}.
+    meta_fields: list[str] | dict[str, str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _mapping_fits_mode(self) -> JsonlSource:
+        mapped = (
+            self.state_fields
+            or self.tools_field
+            or self.tools_default
+            or self.action_field
+            or self.action_default
+        )
+        if self.mode == "normalized" and mapped:
+            raise ValueError(
+                "state_fields/tools_field/tools_default/action_field/action_default apply to "
+                "mode 'reasoning_trace' only; normalized rows carry state, tools, action"
+            )
+        if self.mode == "reasoning_trace":
+            if not self.state_fields:
+                raise ValueError("mode 'reasoning_trace' needs state_fields (dotted paths)")
+            if not (self.tools_field or self.tools_default):
+                raise ValueError("mode 'reasoning_trace' needs tools_field or tools_default")
+            if not (self.action_field or self.action_default):
+                raise ValueError("mode 'reasoning_trace' needs action_field or action_default")
+        return self
 
 
 class RouterJsonlSource(StrictModel):
+    """Router rows: `input.prompt_text`, `output.{route, intent, adapter_id, expert_id,
+    prompt_family, tool_caps, rationale}`."""
+
     type: Literal["router_jsonl"]
-    name: str
+    name: str = Field(min_length=1)
     path: str
+    # The candidate routes of every row; default: every route seen in this source, sorted.
+    routes: list[str] | None = None
 
 
-Source = Annotated[
-    TrmPlayRootSource | JsonlSource | RouterJsonlSource, Field(discriminator="type")
-]
+Source = Annotated[TrmPlayRootSource | JsonlSource | RouterJsonlSource, Field(discriminator="type")]
 
 
 class SplitSpec(StrictModel):
+    # None: `env` when the rows span 3+ envs, else `run` when 3+ runs, else `episode`.
     by: Literal["env", "run", "episode", "row"] | None = None
     seed: int = 0
     val_fraction: float = Field(default=0.2, ge=0.0, lt=1.0)
+    # Held out entirely, never trained on: env names or group keys (`env/run`, `env/run/episode`)
+    # at the split level or coarser.
     anchor: list[str] = Field(default_factory=list)
 
 
 class Knobs(StrictModel):
+    """The data knobs the hill-climb turns (SPEC §4, §8). Each is deterministic in `split.seed`."""
+
+    # Weight per source name for the train split (every source named; 0 leaves it out).
     source_mix: dict[str, float] = Field(default_factory=dict)
+    # How many groups leave training (go to val); 0 means "use split.val_fraction".
     heldout_breadth: int = Field(default=0, ge=0)
     state_compression: Literal["full", "keys", "minimal"] = "full"
-    negative_rate: float = Field(default=0.0, ge=0.0, le=1.0)
-    recovery_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    # Top-level state keys that survive `keys`/`minimal`; empty means "all but trace extras".
+    state_keys: list[str] = Field(default_factory=list)
+    # Negatives in critic.jsonl from train groups, as a share of the train rows; None keeps all.
+    negative_rate: float | None = Field(default=None, ge=0.0)
+    # Share of recovery rows in train (reached by downsampling); None keeps the natural share.
+    recovery_rate: float | None = Field(default=None, ge=0.0, le=1.0)
     namespace_normalization: bool = False
+    # Explicit raw id -> shared tag; ids not listed lose their env/namespace prefix.
+    namespace_map: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _weights_not_negative(self) -> Knobs:
+        bad = sorted(name for name, weight in self.source_mix.items() if weight < 0)
+        if bad:
+            raise ValueError(f"source_mix weights must be >= 0 (negative: {', '.join(bad)})")
+        if self.source_mix and not any(self.source_mix.values()):
+            raise ValueError("source_mix leaves every source out (all weights are 0)")
+        return self
 
 
 class CorpusSpec(StrictModel):
     sources: list[Source] = Field(min_length=1)
     split: SplitSpec = Field(default_factory=SplitSpec)
+    # A family with fewer positive rows than this leaves the action corpus (to critic.jsonl).
     min_exact_positives: int = Field(default=2, ge=0)
     knobs: Knobs = Field(default_factory=Knobs)
+    # What the assistant says in messages.jsonl: the action id alone, or the router JSON object.
     contract: Literal["action_only", "json"] = "action_only"
     dedupe: bool = True
+
+    @model_validator(mode="after")
+    def _names_line_up(self) -> CorpusSpec:
+        names = [source.name for source in self.sources]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"source names must be unique (repeated: {', '.join(repeated)})")
+        mix = self.knobs.source_mix
+        if mix:
+            unknown = sorted(set(mix) - set(names))
+            missing = [name for name in names if name not in mix]
+            if unknown:
+                raise ValueError(f"knobs.source_mix names unknown sources: {', '.join(unknown)}")
+            if missing:
+                raise ValueError(
+                    f"knobs.source_mix must weigh every source (missing: {', '.join(missing)})"
+                )
+        return self

@@ -1,0 +1,153 @@
+"""The status card (SPEC §9): one model, one text renderer (used by SSE, CLI and dashboard), and
+the `progress.snapshot.json` writer with the skill's keys plus ours."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import psutil
+from pydantic import BaseModel
+
+WIDTH = 64
+BAR_WIDTH = 18
+
+
+class Card(BaseModel):
+    run_id: str
+    kind: str
+    status: str = "queued"
+    trainer: str | None = None
+    phase: str | None = None
+    step: int | None = None
+    total_steps: int | None = None
+    data_source: str | None = None
+    ram_used_gb: float | None = None
+    ram_total_gb: float | None = None
+    ram_budget: str = "auto"
+    vram_used_gb: float | None = None
+    vram_total_gb: float | None = None
+    elapsed_s: float = 0.0
+    eta_s: float | None = None
+    percent: float = 0.0
+    loss: float | None = None
+    current_anchor: float | None = None
+    current_train: float | None = None
+    current_gap: float | None = None
+    best_anchor: float | None = None
+    best_train: float | None = None
+    best_gap: float | None = None
+    best_candidate: str | None = None
+    candidate: str | None = None
+    completed_count: int | None = None
+    total_candidates: int | None = None
+    attempt: int = 1
+    worker: str | None = None
+
+
+def measure_ram(pids: list[int] | None = None) -> tuple[float, float]:
+    """(GB resident in the given processes, or the machine's used memory; GB total)."""
+    vm = psutil.virtual_memory()
+    used = vm.total - vm.available
+    if pids:
+        used = 0
+        for pid in pids:
+            try:
+                used += psutil.Process(pid).memory_info().rss
+            except psutil.Error:
+                continue
+    return used / 1e9, vm.total / 1e9
+
+
+def eta_text(eta_s: float | None) -> str:
+    if eta_s is None:
+        return "estimating"
+    total = int(round(eta_s))
+    hours, rest = divmod(total, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes:02d}:{seconds:02d}"
+
+
+def progress_bar(percent: float, width: int = BAR_WIDTH) -> str:
+    filled = int(max(0.0, min(100.0, percent)) / 100 * width)
+    return "[" + "#" * filled + "-" * (width - filled) + "]"
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _gb(used: float | None, total: float | None) -> str:
+    if used is None:
+        return "-"
+    return f"{used:.1f}/{total:.1f} GB" if total else f"{used:.1f} GB"
+
+
+def _fit(text: str, width: int) -> str:
+    return text[:width].ljust(width)
+
+
+def render_text(card: Card) -> str:
+    """The box: every line exactly WIDTH characters, ASCII only."""
+    inner = WIDTH - 4
+    title = f" trm run {card.run_id}  {card.kind}" + (f"  {card.trainer}" if card.trainer else "")
+    with_status = f"{title}  {card.status} "
+    title = with_status if len(with_status) <= WIDTH - 6 else title + " "
+    top = "+--" + title.ljust(WIDTH - 4, "-")[: WIDTH - 4] + "+"
+    step = "-"
+    if card.candidate is not None and card.total_candidates:
+        step = f"cand  {card.completed_count or 0}/{card.total_candidates}"
+    elif card.step is not None:
+        step = f"step  {card.step}/{card.total_steps}" if card.total_steps else f"step  {card.step}"
+    vram = _gb(card.vram_used_gb, card.vram_total_gb)
+    ram = _gb(card.ram_used_gb, card.ram_total_gb)
+    bar = f"{progress_bar(card.percent)}  {card.percent:5.1f}%"
+    best = (
+        f"anchor {_num(card.best_anchor)} train {_num(card.best_train)} gap {_num(card.best_gap)}"
+    )
+    if card.best_candidate:
+        best += f"  (cand {card.best_candidate})"
+    rows = [
+        f"phase   {_fit(card.phase or '-', 21)} {step}",
+        f"data    {_fit(card.data_source or '-', 21)} RAM  {ram}  VRAM  {vram}",
+        f"ETA     {_fit(eta_text(card.eta_s), 21)} {bar}",
+        f"now     loss {_num(card.loss)}  anchor {_num(card.current_anchor)}"
+        f"  train {_num(card.current_train)}  gap {_num(card.current_gap)}",
+        f"best    {best}",
+    ]
+    body = ["| " + _fit(row, inner) + " |" for row in rows]
+    return "\n".join([top, *body, "+" + "-" * (WIDTH - 2) + "+"])
+
+
+def snapshot(card: Card) -> dict[str, Any]:
+    """The skill's `progress.snapshot.json` keys, then ours (the whole card)."""
+    return {
+        "run_id": card.run_id,
+        "phase": card.phase,
+        "step": card.step,
+        "data_source": card.data_source,
+        "ram_budget": card.ram_budget,
+        "elapsed": round(card.elapsed_s, 1),
+        "eta": eta_text(card.eta_s),
+        "percent_complete": round(card.percent, 1),
+        "progress_bar": progress_bar(card.percent),
+        "current_anchor": card.current_anchor,
+        "current_train": card.current_train,
+        "current_gap": card.current_gap,
+        "best_anchor": card.best_anchor,
+        "best_train": card.best_train,
+        "best_gap": card.best_gap,
+        "completed_count": card.completed_count,
+        "total_candidates": card.total_candidates,
+        "card": card.model_dump(),
+        "text": render_text(card),
+    }
+
+
+def write_snapshot(card: Card, run_dir: Path) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / f".progress.snapshot.json.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(snapshot(card), indent=2))
+    os.replace(tmp, run_dir / "progress.snapshot.json")

@@ -1,0 +1,165 @@
+"""`trm submit | runs | show | cancel | watch`: the API from a terminal."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from app.card import Card, render_text
+from app.client import ApiCallError, Client
+from app.paths import resolve_spec_file_path, spec_path_fields
+
+TERMINAL = ("completed", "failed", "cancelled")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("submit", help="submit a run spec (JSON file)")
+    p.add_argument("file", type=Path)
+    p.add_argument("--idempotency-key", default=None)
+    p.add_argument("--watch", action="store_true", help="then follow its card until it ends")
+    p.set_defaults(func=cmd_submit)
+    p = sub.add_parser("runs", help="list runs, newest first")
+    p.add_argument("--kind")
+    p.add_argument("--status")
+    p.add_argument("--parent")
+    p.add_argument("--limit", type=int, default=20)
+    p.set_defaults(func=cmd_runs)
+    p = sub.add_parser("show", help="one run: card, stages, failure")
+    p.add_argument("run")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_show)
+    p = sub.add_parser("cancel", help="cancel a run")
+    p.add_argument("run")
+    p.set_defaults(func=cmd_cancel)
+    p = sub.add_parser("watch", help="follow a run's card live (SSE)")
+    p.add_argument("run")
+    p.add_argument("--once", action="store_true", help="print the card once and exit")
+    p.set_defaults(func=cmd_watch)
+
+
+def _fail(exc: Exception) -> int:
+    print(f"trm: {exc}", file=sys.stderr)
+    if isinstance(exc, ApiCallError) and isinstance(exc.details, list):
+        for item in exc.details:
+            if isinstance(item, dict) and "field" in item:
+                print(f"  {item['field']}: {item.get('message')}", file=sys.stderr)
+    return 1
+
+
+def load_spec(path: Path) -> dict[str, Any]:
+    """Read a spec file; relative data paths resolve against the file's folder."""
+    try:
+        spec = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SystemExit(f"trm: {path}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise SystemExit(
+            f"trm: {path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}"
+        ) from None
+    if isinstance(spec, dict):
+        for _field, container, key in spec_path_fields(spec):
+            container[key] = resolve_spec_file_path(container[key], path)
+    return spec
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    client = Client()
+    try:
+        run = client.submit(load_spec(args.file), args.idempotency_key)
+    except (ApiCallError, OSError) as exc:
+        return _fail(exc)
+    print(f"{run['id']}  {run['kind']}  {run['status']}")
+    return _watch(client, run["id"]) if args.watch else 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    try:
+        page = Client().runs(
+            kind=args.kind, status=args.status, parent=args.parent, limit=args.limit
+        )
+    except ApiCallError as exc:
+        return _fail(exc)
+    print(f"{'RUN':26}  {'KIND':9}  {'STATUS':11}  {'PHASE':16}  {'%':>5}  CREATED")
+    for run in page["runs"]:
+        print(
+            f"{run['id']:26}  {run['kind']:9}  {run['status']:11}  {(run['phase'] or '-'):16}  "
+            f"{run['percent']:5.1f}  {run['created_at'][:19]}"
+        )
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    client = Client()
+    try:
+        run = client.run(args.run)
+    except ApiCallError as exc:
+        return _fail(exc)
+    if args.json:
+        print(json.dumps(run, indent=2))
+        return 0
+    print(client.card_text(args.run), end="")
+    print(
+        f"status {run['status']}  attempt {run['attempt']}/{run['max_attempts']}"
+        + (f"  stopped by {run['stopped_by']}" if run["stopped_by"] else "")
+    )
+    if run["failure_class"]:
+        print(f"failure {run['failure_class']}: {run['failure_reason']}")
+    for stage in run.get("stages") or []:
+        error = (stage.get("manifest") or {}).get("error") or {}
+        extra = f"  {error.get('class')}: {error.get('message')}" if error else ""
+        print(f"  {stage['position']}. {stage['name']:16} {stage['status']:10}{extra}")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    try:
+        run = Client().cancel(args.run)
+    except ApiCallError as exc:
+        return _fail(exc)
+    note = " (cancel requested; the worker stops it)" if run["status"] == "running" else ""
+    print(f"{run['id']}  {run['status']}{note}")
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    client = Client()
+    if args.once:
+        try:
+            print(client.card_text(args.run), end="")
+        except ApiCallError as exc:
+            return _fail(exc)
+        return 0
+    return _watch(client, args.run)
+
+
+def _watch(client: Client, run_id: str) -> int:
+    """Redraw the card in place on every card event; exit 0 when the run completes."""
+    drawn = 0
+    status = None
+    try:
+        print(client.card_text(run_id), end="")
+        drawn = len(render_text(Card(run_id=run_id, kind="-")).splitlines())
+        for event in client.events(run_id):
+            if event["type"] == "card":
+                card = Card(**{k: v for k, v in event["data"].items() if k in Card.model_fields})
+                text = render_text(card)
+                sys.stdout.write(f"\x1b[{drawn}F" if drawn and sys.stdout.isatty() else "")
+                sys.stdout.write(text + "\n")
+                sys.stdout.flush()
+                drawn = len(text.splitlines())
+            elif event["type"] == "status":
+                status = event["data"].get("status")
+    except ApiCallError as exc:
+        return _fail(exc)
+    except KeyboardInterrupt:
+        return 130
+    if status:
+        reason = ""
+        run = client.run(run_id)
+        if run.get("failure_reason"):
+            reason = f": {run['failure_class']}: {run['failure_reason']}"
+        print(f"run {run_id} {status}{reason}")
+    return 0 if status == "completed" else 1

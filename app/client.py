@@ -1,0 +1,102 @@
+"""A small HTTP client for the API (the CLI uses it; so can scripts). Reads TRM_API_URL and
+TRM_API_TOKEN from the environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+
+class ApiCallError(RuntimeError):
+    def __init__(self, status: int, body: Any) -> None:
+        err = body.get("error", {}) if isinstance(body, dict) else {}
+        self.status, self.code = status, err.get("code", "error")
+        self.details = err.get("details")
+        super().__init__(err.get("message") or f"HTTP {status}: {body}")
+
+
+class Client:
+    def __init__(self, base_url: str | None = None, token: str | None = None, timeout: float = 30):
+        self.base_url = base_url or os.environ.get("TRM_API_URL") or "http://127.0.0.1:8000"
+        token = token or os.environ.get("TRM_API_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+
+    def _json(self, response: httpx.Response) -> Any:
+        try:
+            body = response.json()
+        except json.JSONDecodeError:
+            body = response.text
+        if response.status_code >= 400:
+            raise ApiCallError(response.status_code, body)
+        return body
+
+    def submit(self, spec: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        return self._json(self.http.post("/runs", json=spec, headers=headers))
+
+    def runs(self, **params: Any) -> dict[str, Any]:
+        clean = {k: v for k, v in params.items() if v is not None}
+        return self._json(self.http.get("/runs", params=clean))
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        return self._json(self.http.get(f"/runs/{run_id}"))
+
+    def cancel(self, run_id: str) -> dict[str, Any]:
+        return self._json(self.http.post(f"/runs/{run_id}/cancel"))
+
+    def card_text(self, run_id: str) -> str:
+        response = self.http.get(f"/runs/{run_id}/card", params={"format": "text"})
+        if response.status_code >= 400:
+            self._json(response)
+        return response.text
+
+    def events(self, run_id: str, after: int = 0, retries: int = 30) -> Iterator[dict[str, Any]]:
+        """Every event of the run from `after` on; reconnects with Last-Event-ID after a drop."""
+        last = after
+        failures = 0
+        while True:
+            try:
+                headers = {"Last-Event-ID": str(last), "Accept": "text/event-stream"}
+                with self.http.stream(
+                    "GET",
+                    f"/runs/{run_id}/events",
+                    headers=headers,
+                    timeout=httpx.Timeout(30, read=None),
+                ) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        self._json(response)
+                    for event in iter_sse(response.iter_lines()):
+                        failures = 0
+                        last = event["id"]
+                        yield event
+                        if event["type"] == "status" and event["data"].get("terminal"):
+                            return
+                return
+            except (httpx.TransportError, httpx.RemoteProtocolError):
+                failures += 1
+                if failures > retries:
+                    raise
+                time.sleep(min(2.0, 0.2 * failures))
+
+
+def iter_sse(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    """Parse a text/event-stream into our event dicts (the `data:` field holds the whole event)."""
+    data: list[str] = []
+    for line in lines:
+        if line == "":
+            if data:
+                yield json.loads("\n".join(data))
+                data = []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        if field == "data":
+            data.append(value[1:] if value.startswith(" ") else value)

@@ -1,0 +1,115 @@
+"""Engines and sessions: SQLite in WAL mode by default, Postgres by URL (SPEC §2, §11)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from functools import lru_cache
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlmodel import Session, create_engine
+
+from app.settings import Settings, get_settings
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+
+
+class NotMigratedError(RuntimeError):
+    """The database is behind the code's schema; the message says which command fixes it."""
+
+
+def is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+def make_engine(url: str) -> sa.Engine:
+    if is_sqlite(url):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @sa.event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn, _record):
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        return engine
+    url = url.replace("postgresql://", "postgresql+psycopg://", 1)
+    return create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+
+
+@lru_cache(maxsize=8)
+def engine_for(url: str) -> sa.Engine:
+    return make_engine(url)
+
+
+def get_engine(settings: Settings | None = None) -> sa.Engine:
+    return engine_for((settings or get_settings()).database_url)
+
+
+@contextmanager
+def session_scope(engine: sa.Engine) -> Iterator[Session]:
+    """One transaction: committed on success, rolled back on error."""
+    with Session(engine, expire_on_commit=False) as session:
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes; every time we store is UTC."""
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+def alembic_config(url: str):
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", url)
+    cfg.attributes["configure_logger"] = False
+    return cfg
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    assert head is not None, "migrations/ has no revisions"
+    return head
+
+
+def current_revision(engine: sa.Engine) -> str | None:
+    with engine.connect() as conn:
+        if not sa.inspect(conn).has_table("alembic_version"):
+            return None
+        return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    from alembic import command
+
+    command.upgrade(alembic_config(url), revision)
+
+
+def check_migrated(engine: sa.Engine) -> None:
+    current, head = current_revision(engine), head_revision()
+    if current != head:
+        where = engine.url.render_as_string(hide_password=True)
+        state = "has no schema" if current is None else f"is at revision {current}"
+        raise NotMigratedError(
+            f"database {where} {state}, the code needs {head}: run `trm db upgrade` "
+            f"(with the same TRM_DATABASE_URL) and start again"
+        )

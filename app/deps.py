@@ -1,0 +1,53 @@
+"""Dependencies injected into routes: the app's shared state, a session, and the token check."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from arq.connections import ArqRedis
+from fastapi import Request
+from sqlmodel import Session
+
+from app.errors import ApiError
+from app.events import Publisher
+from app.live import LiveHub
+from app.settings import Settings
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    engine: sa.Engine
+    publisher: Publisher
+    hub: LiveHub
+    pool: ArqRedis | None = None
+
+
+def state(request: Request) -> AppState:
+    return request.app.state.trm
+
+
+def session(request: Request) -> Iterator[Session]:
+    with Session(state(request).engine, expire_on_commit=False) as s:
+        yield s
+
+
+def require_token(request: Request) -> None:
+    """When TRM_API_TOKEN is set, every route but /healthz needs `Authorization: Bearer`."""
+    expected = state(request).settings.api_token
+    if expected is None:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    ok = scheme.lower() == "bearer" and hmac.compare_digest(
+        given.strip().encode(), expected.get_secret_value().encode()
+    )
+    if not ok:
+        raise ApiError(
+            401,
+            "unauthorized",
+            "missing or wrong token: send `Authorization: Bearer <TRM_API_TOKEN>`",
+        )

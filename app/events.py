@@ -1,0 +1,127 @@
+"""The one event publisher (SPEC §9): store the event, append it to the run's events.jsonl, and
+fan it out over Redis pub/sub.
+
+Ordering: an event's `seq` comes from `UPDATE runs SET event_seq = event_seq + 1 ... RETURNING`,
+which takes the run's row lock until commit. So for one run, commit order equals both `seq` and
+`id` order, on SQLite and on Postgres: a follower that has seen id N never later meets a smaller
+id for the same run, and a jump in `seq` means it missed something and must read the database.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+import sqlalchemy as sa
+from sqlmodel import Session, col, select
+
+from app.db import as_utc, session_scope
+from app.models import Event, Run, utcnow
+from app.redisconn import events_channel
+from app.settings import Settings
+
+log = logging.getLogger("trm.events")
+
+EVENT_TYPES = ("status", "stage", "card", "metric", "ledger", "log")
+
+
+def event_dict(ev: Event) -> dict[str, Any]:
+    created = as_utc(ev.created_at)
+    return {
+        "id": ev.id,
+        "run_id": ev.run_id,
+        "seq": ev.seq,
+        "type": ev.type,
+        "data": ev.data,
+        "ts": created.isoformat() if created else None,
+    }
+
+
+@dataclass
+class Tx:
+    """A database transaction that can emit events; they fan out only after it commits."""
+
+    session: Session
+    emitted: list[Event] = field(default_factory=list)
+
+    def emit(self, run_id: str, type: str, data: dict[str, Any]) -> Event:
+        assert type in EVENT_TYPES, type
+        values: dict[str, Any] = {"event_seq": Run.event_seq + 1}
+        if type == "card":
+            values.update(card=data, phase=data.get("phase"), percent=data.get("percent") or 0.0)
+        seq = self.session.execute(
+            sa.update(Run)
+            .where(col(Run.id) == run_id)
+            .values(**values)
+            .returning(col(Run.event_seq))
+        ).scalar_one()
+        ev = Event(run_id=run_id, seq=seq, type=type, data=data, created_at=utcnow())
+        self.session.add(ev)
+        self.session.flush()
+        self.emitted.append(ev)
+        return ev
+
+
+class Publisher:
+    def __init__(self, engine: sa.Engine, redis_client: redis.Redis | None, settings: Settings):
+        self.engine, self.redis, self.settings = engine, redis_client, settings
+
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        tx: Tx
+        with session_scope(self.engine) as session:
+            tx = Tx(session)
+            yield tx
+        self.fan_out(tx.emitted)
+
+    def publish(self, run_id: str, type: str, data: dict[str, Any]) -> dict[str, Any]:
+        with self.transaction() as tx:
+            ev = tx.emit(run_id, type, data)
+        return event_dict(ev)
+
+    def fan_out(self, events: list[Event]) -> None:
+        by_run: dict[str, list[dict[str, Any]]] = {}
+        for ev in events:
+            by_run.setdefault(ev.run_id, []).append(event_dict(ev))
+        for run_id, items in by_run.items():
+            self._append_jsonl(run_id, items)
+            self._publish_redis(run_id, items)
+
+    def _append_jsonl(self, run_id: str, items: list[dict[str, Any]]) -> None:
+        run_dir = self.settings.run_dir(run_id)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            lines = "".join(json.dumps(item, separators=(",", ":")) + "\n" for item in items)
+            with open(run_dir / "events.jsonl", "a", encoding="utf-8") as fh:
+                fh.write(lines)
+        except OSError as exc:  # the database copy is the record; the file is a convenience
+            log.warning("could not append events.jsonl for %s: %s", run_id, exc)
+
+    def _publish_redis(self, run_id: str, items: list[dict[str, Any]]) -> None:
+        if self.redis is None:
+            return
+        channel = events_channel(self.settings, run_id)
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            for item in items:
+                pipe.publish(channel, json.dumps(item, separators=(",", ":")))
+            pipe.execute()
+        except redis.RedisError as exc:  # followers catch up from the database
+            log.warning("live fan-out failed for %s: %s", run_id, exc)
+
+
+def events_after(
+    session: Session, run_id: str, after_id: int = 0, limit: int = 1000
+) -> list[dict[str, Any]]:
+    rows = session.exec(
+        select(Event)
+        .where(Event.run_id == run_id, col(Event.id) > after_id)
+        .order_by(col(Event.id))
+        .limit(limit)
+    ).all()
+    return [event_dict(ev) for ev in rows]

@@ -1,0 +1,139 @@
+"""The FastAPI application: `create_app()` wires settings, database, Redis, live fan-out, routes.
+
+Refuses to start on an un-migrated database (the message names `trm db upgrade`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app import __version__, errors
+from app.db import check_migrated, get_engine
+from app.deps import AppState, require_token
+from app.events import Publisher
+from app.live import LiveHub
+from app.queue import create_arq_pool
+from app.redisconn import sync_redis
+from app.routes import artifacts, events, health, runs
+from app.schemas.specs import RUN_SPEC
+from app.settings import Settings, get_settings
+
+log = logging.getLogger("trm.api")
+
+
+class BodyLimit:
+    """413 for a body over the limit, whether it declares its length or streams it."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await self._refuse(send)
+
+    async def _refuse(self, send: Send) -> None:
+        import json
+
+        body = json.dumps(
+            errors.error_body("payload_too_large", f"request body is over {self.max_bytes} bytes")
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    engine = get_engine(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        check_migrated(engine)
+        hub = LiveHub(settings)
+        trm = AppState(settings, engine, Publisher(engine, sync_redis(settings), settings), hub)
+        try:
+            trm.pool = await create_arq_pool(settings)
+        except Exception as exc:  # runs are still recorded; the reconciler enqueues them later
+            log.warning("Redis is not answering (%s); runs will queue once it is back", exc)
+        await hub.start()
+        app.state.trm = trm
+        yield
+        await hub.stop()
+        if trm.pool is not None:
+            await trm.pool.close()
+
+    app = FastAPI(title="TRM trainer service", version=__version__, lifespan=lifespan)
+    errors.install(app)
+    auth = [Depends(require_token)]
+    for module in (runs, events, artifacts):
+        app.include_router(module.router, dependencies=auth)
+    app.include_router(health.router)
+
+    @app.get("/", dependencies=auth, tags=["health"])
+    def index() -> dict[str, Any]:
+        return {
+            "service": "trm",
+            "version": __version__,
+            "links": {
+                "runs": "/runs",
+                "openapi": "/openapi.json",
+                "docs": "/docs",
+                "ready": "/readyz",
+                "metrics": "/metrics",
+            },
+        }
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        from fastapi.openapi.utils import get_openapi
+
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+        spec_schema = RUN_SPEC.json_schema(ref_template="#/components/schemas/{model}")
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.update(spec_schema.pop("$defs", {}))
+        components["RunSpec"] = spec_schema
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    return app

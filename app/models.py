@@ -1,0 +1,168 @@
+"""Tables (SPEC §3, §8, §9): the database is the source of truth for run state.
+
+The schema only changes through alembic (`migrations/`); these classes describe it for the ORM.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Field, SQLModel
+
+TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
+RUN_STATUSES = ("queued", "running", "completed", "failed", "cancelled", "interrupted")
+FAILURE_CLASSES = ("bad_input", "oom", "crash", "timeout", "stalled", "dependency", "internal")
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def new_id() -> str:
+    """A ULID: 48 bits of milliseconds then 80 random bits, so ids sort by creation time."""
+    value = (int(time.time() * 1000) << 80) | int.from_bytes(os.urandom(10), "big")
+    return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _json_column(**kw: Any) -> Any:
+    return Field(default=None, sa_column=sa.Column(sa.JSON, **kw))
+
+
+def _time_column(nullable: bool = True, index: bool = False) -> Any:
+    return Field(
+        default=None,
+        sa_column=sa.Column(sa.DateTime(timezone=True), nullable=nullable, index=index),
+    )
+
+
+class Run(SQLModel, table=True):
+    __tablename__ = "runs"
+
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=26)
+    kind: str = Field(index=True, max_length=32)
+    status: str = Field(default="queued", index=True, max_length=16)
+    queue: str = Field(default="gpu", max_length=16)
+    name: str | None = Field(default=None, max_length=200)
+    parent_id: str | None = Field(default=None, index=True, max_length=26)
+    spec: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
+    spec_hash: str = Field(max_length=64)
+    idempotency_key: str | None = Field(default=None, unique=True, max_length=200)
+    dry_run: bool = False
+
+    attempt: int = 1
+    max_attempts: int = 3
+    attempts: list[dict[str, Any]] | None = _json_column()
+    worker_id: str | None = Field(default=None, max_length=200)
+    # Fencing token: bumped on every claim; a worker whose token is stale must stop writing.
+    lease_token: int = 0
+    heartbeat_at: datetime | None = _time_column()
+    cancel_requested: bool = False
+
+    failure_class: str | None = Field(default=None, max_length=16)
+    failure_reason: str | None = None
+    stopped_by: str | None = Field(default=None, max_length=16)
+
+    phase: str | None = Field(default=None, max_length=64)
+    percent: float = 0.0
+    best_anchor: float | None = None
+    card: dict[str, Any] | None = _json_column()
+    usage: dict[str, Any] | None = _json_column()
+    event_seq: int = 0
+
+    created_at: datetime = Field(
+        default_factory=utcnow,
+        sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False, index=True),
+    )
+    started_at: datetime | None = _time_column()
+    finished_at: datetime | None = _time_column()
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class Stage(SQLModel, table=True):
+    __tablename__ = "stages"
+    __table_args__ = (sa.UniqueConstraint("run_id", "name"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="runs.id", index=True, max_length=26)
+    name: str = Field(max_length=64)
+    position: int = 0
+    status: str = Field(default="planned", max_length=16)
+    attempt: int = 1
+    started_at: datetime | None = _time_column()
+    completed_at: datetime | None = _time_column()
+    manifest: dict[str, Any] | None = _json_column()
+
+
+class Event(SQLModel, table=True):
+    __tablename__ = "events"
+    __table_args__ = (sa.UniqueConstraint("run_id", "seq"),)
+
+    # Global and monotonic; per run, commit order equals id order (see app/events.py).
+    id: int | None = Field(
+        default=None,
+        sa_column=sa.Column(
+            sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True
+        ),
+    )
+    run_id: str = Field(foreign_key="runs.id", index=True, max_length=26)
+    # Contiguous per run, so a follower can tell a gap from a quiet stream.
+    seq: int
+    type: str = Field(max_length=16)
+    data: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
+
+
+class LedgerEntry(SQLModel, table=True):
+    __tablename__ = "ledger_entries"
+    __table_args__ = (sa.UniqueConstraint("search_id", "candidate_id", "event"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    seq: int
+    search_id: str = Field(foreign_key="runs.id", index=True, max_length=26)
+    candidate_id: str = Field(max_length=64)
+    event: str = Field(max_length=32)
+    parent_id: str | None = Field(default=None, max_length=64)
+    run_id: str | None = Field(default=None, max_length=26)
+    rung: int = 0
+    knobs: dict[str, Any] | None = _json_column()
+    knob_diff: dict[str, Any] | None = _json_column()
+    corpus_hash: str | None = Field(default=None, max_length=64)
+    seed: int | None = None
+    status: str = Field(max_length=16)
+    train_score: float | None = None
+    anchor_score: float | None = None
+    failure_rate: float | None = None
+    recovery_rate: float | None = None
+    generalization_gap: float | None = None
+    decision: str | None = Field(default=None, max_length=16)
+    reason: str | None = None
+    started_at: datetime | None = _time_column()
+    finished_at: datetime | None = _time_column()
+
+
+class WorkerRecord(SQLModel, table=True):
+    __tablename__ = "workers"
+
+    id: str = Field(primary_key=True, max_length=200)
+    host: str = Field(max_length=200)
+    pid: int
+    queues: list[str] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
+    current_run_id: str | None = Field(default=None, max_length=26)
+    started_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
+    heartbeat_at: datetime = Field(
+        default_factory=utcnow,
+        sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False, index=True),
+    )

@@ -1,0 +1,52 @@
+"""/runs/{id}/artifacts[/{path}]: what a run left in its directory; nothing outside it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import FileResponse
+from sqlmodel import Session
+
+from app.deps import AppState, session, state
+from app.errors import ApiError
+from app.paths import safe_artifact, under
+from app.runs import get_run
+from app.schemas.runs import Artifact, ArtifactList
+
+router = APIRouter(tags=["artifacts"])
+HIDDEN_PREFIX = "."
+
+
+@router.get("/runs/{run_id}/artifacts", response_model=ArtifactList)
+def list_artifacts(
+    run_id: str, app: Annotated[AppState, Depends(state)], db: Annotated[Session, Depends(session)]
+) -> ArtifactList:
+    get_run(db, run_id)
+    run_dir = app.settings.run_dir(run_id)
+    items = []
+    if run_dir.is_dir():
+        for path in sorted(run_dir.rglob("*")):
+            rel = path.relative_to(run_dir)
+            if any(part.startswith(HIDDEN_PREFIX) for part in rel.parts):
+                continue
+            if path.is_file() and under(run_dir, path):
+                items.append(Artifact(path=str(rel), bytes=path.stat().st_size))
+    return ArtifactList(run_id=run_id, artifacts=items)
+
+
+@router.get("/runs/{run_id}/artifacts/{path:path}", response_class=FileResponse)
+def get_artifact(
+    run_id: str,
+    path: str,
+    app: Annotated[AppState, Depends(state)],
+    db: Annotated[Session, Depends(session)],
+) -> FileResponse:
+    get_run(db, run_id)
+    target = safe_artifact(app.settings.run_dir(run_id), path)
+    if not target.is_file():
+        raise ApiError(404, "not_found", f"run {run_id} has no artifact {path!r}", {"path": path})
+    media = "application/json" if target.suffix == ".json" else None
+    if target.suffix in (".jsonl", ".log", ".txt"):
+        media = "text/plain; charset=utf-8"
+    return FileResponse(target, media_type=media, filename=target.name if media is None else None)

@@ -1,0 +1,105 @@
+"""/healthz (the process answers), /readyz (database, Redis, live workers), /metrics."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any
+
+import psutil
+import sqlalchemy as sa
+from fastapi import APIRouter, Depends
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, PlainTextResponse
+from sqlmodel import Session, col, func, select
+
+from app.db import check_migrated
+from app.deps import AppState, require_token, state
+from app.models import RUN_STATUSES, Run, WorkerRecord, utcnow
+from app.queue import QUEUES
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+def _database(app: AppState) -> dict[str, Any]:
+    check_migrated(app.engine)
+    alive_after = utcnow() - timedelta(seconds=app.settings.stale_after_s)
+    with Session(app.engine) as db:
+        workers = db.exec(
+            select(func.count())
+            .select_from(WorkerRecord)
+            .where(col(WorkerRecord.heartbeat_at) >= alive_after)
+        ).one()
+    return {"ok": True, "workers_alive": int(workers)}
+
+
+@router.get("/readyz", dependencies=[Depends(require_token)])
+async def readyz(app: Annotated[AppState, Depends(state)]) -> JSONResponse:
+    checks: dict[str, Any] = {}
+    try:
+        db = await run_in_threadpool(_database, app)
+        checks["database"] = {"ok": True}
+        checks["workers"] = {"alive": db["workers_alive"]}
+    except Exception as exc:
+        checks["database"] = {"ok": False, "error": str(exc)}
+        checks["workers"] = {"alive": None}
+    try:
+        assert app.pool is not None, "no Redis configured"
+        await app.pool.ping()
+        checks["redis"] = {"ok": True, "live_fanout": app.hub.connected}
+    except Exception as exc:
+        checks["redis"] = {"ok": False, "error": str(exc)}
+    ready = checks["database"]["ok"] and checks["redis"]["ok"]
+    return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+
+
+def _counts(app: AppState) -> tuple[dict[str, int], int]:
+    alive_after = utcnow() - timedelta(seconds=app.settings.stale_after_s)
+    with Session(app.engine) as db:
+        rows = db.exec(select(Run.status, func.count()).group_by(Run.status)).all()
+        workers = db.exec(
+            select(func.count())
+            .select_from(WorkerRecord)
+            .where(col(WorkerRecord.heartbeat_at) >= alive_after)
+        ).one()
+    return {status: int(n) for status, n in rows}, int(workers)
+
+
+@router.get("/metrics", response_class=PlainTextResponse, dependencies=[Depends(require_token)])
+async def metrics(app: Annotated[AppState, Depends(state)]) -> PlainTextResponse:
+    """Prometheus text format."""
+    lines = []
+    try:
+        by_status, workers = await run_in_threadpool(_counts, app)
+        lines += ["# HELP trm_runs Runs by status.", "# TYPE trm_runs gauge"]
+        lines += [f'trm_runs{{status="{s}"}} {by_status.get(s, 0)}' for s in RUN_STATUSES]
+        lines += [
+            "# HELP trm_workers_alive Workers with a fresh heartbeat.",
+            "# TYPE trm_workers_alive gauge",
+            f"trm_workers_alive {workers}",
+        ]
+        db_up = 1
+    except sa.exc.SQLAlchemyError:
+        db_up = 0
+    lines += ["# TYPE trm_database_up gauge", f"trm_database_up {db_up}"]
+    if app.pool is not None:
+        lines += ["# HELP trm_queue_depth Jobs waiting per queue.", "# TYPE trm_queue_depth gauge"]
+        for queue in QUEUES:
+            try:
+                depth = await app.pool.zcard(app.settings.queue_name(queue))
+            except Exception:
+                continue
+            lines.append(f'trm_queue_depth{{queue="{queue}"}} {depth}')
+    rss = psutil.Process().memory_info().rss
+    lines += [
+        "# HELP trm_sse_subscribers Open SSE streams.",
+        "# TYPE trm_sse_subscribers gauge",
+        f"trm_sse_subscribers {app.hub.count}",
+        "# TYPE trm_api_rss_bytes gauge",
+        f"trm_api_rss_bytes {rss}",
+    ]
+    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")

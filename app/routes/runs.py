@@ -1,0 +1,115 @@
+"""/runs: submit, list, show, cancel, ledger (SPEC §10)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from sqlmodel import Session
+
+from app import runs as run_ops
+from app.deps import AppState, session, state
+from app.errors import ApiError
+from app.queue import enqueue
+from app.schemas.runs import ErrorOut, LedgerOut, RunList, RunOut
+
+log = logging.getLogger("trm.api")
+router = APIRouter(
+    tags=["runs"],
+    responses={401: {"model": ErrorOut}, 404: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+)
+
+SPEC_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RunSpec"}}},
+    }
+}
+
+
+def parse_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ApiError(
+            400,
+            "bad_json",
+            f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+            {"line": exc.lineno, "column": exc.colno},
+        ) from None
+    except (UnicodeDecodeError, RecursionError):
+        raise ApiError(400, "bad_json", "body is not valid UTF-8 JSON") from None
+
+
+@router.post(
+    "/runs",
+    status_code=202,
+    response_model=RunOut,
+    openapi_extra=SPEC_BODY,
+    responses={409: {"model": ErrorOut}, 413: {"model": ErrorOut}, 501: {"model": ErrorOut}},
+)
+async def submit_run(
+    request: Request,
+    app: Annotated[AppState, Depends(state)],
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    format: Annotated[str | None, Query(pattern="^(trm|skill)$")] = None,
+) -> JSONResponse:
+    """Queue a run. Same `Idempotency-Key` and body: the same run; another body: 409."""
+    if format == "skill":
+        raise ApiError(
+            501,
+            "not_implemented",
+            "format=skill (the original skill's spec files) is not available yet; "
+            "use `trm import-spec FILE` to translate one",
+        )
+    body = parse_json(await request.body())
+    run, created = await run_in_threadpool(
+        run_ops.create_run, app.publisher, app.settings, body, idempotency_key
+    )
+    if created and app.pool is not None:
+        try:
+            await enqueue(app.pool, app.settings, run.id, run.attempt, run.queue)
+        except Exception as exc:  # Redis down: the run is recorded; the reconciler enqueues it
+            log.warning("enqueue of %s deferred: %s", run.id, exc)
+    headers = {"Location": f"/runs/{run.id}"}
+    if not created:
+        headers["Idempotent-Replayed"] = "true"
+    return JSONResponse(RunOut.of(run).model_dump(mode="json"), status_code=202, headers=headers)
+
+
+@router.get("/runs", response_model=RunList)
+def list_runs(
+    db: Annotated[Session, Depends(session)],
+    kind: str | None = None,
+    status: str | None = None,
+    parent: str | None = None,
+    cursor: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> RunList:
+    rows, next_cursor = run_ops.list_runs(db, kind, status, parent, cursor, limit)
+    return RunList(runs=[RunOut.of(r) for r in rows], next_cursor=next_cursor)
+
+
+@router.get("/runs/{run_id}", response_model=RunOut)
+def show_run(run_id: str, db: Annotated[Session, Depends(session)]) -> RunOut:
+    run = run_ops.get_run(db, run_id)
+    return RunOut.of(run, full=True, stages=run_ops.run_stages(db, run_id))
+
+
+@router.post(
+    "/runs/{run_id}/cancel",
+    status_code=202,
+    response_model=RunOut,
+    responses={409: {"model": ErrorOut}},
+)
+def cancel_run(run_id: str, app: Annotated[AppState, Depends(state)]) -> RunOut:
+    return RunOut.of(run_ops.cancel_run(app.publisher, run_id))
+
+
+@router.get("/runs/{run_id}/ledger", response_model=LedgerOut)
+def run_ledger(run_id: str, db: Annotated[Session, Depends(session)]) -> LedgerOut:
+    return LedgerOut.of(run_id, run_ops.ledger(db, run_id))

@@ -1,0 +1,256 @@
+"""What the API does with runs: submit (validated, idempotent), list, show, cancel.
+
+Routes stay thin and call these; the CLI talks to the routes over HTTP.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any
+
+import sqlalchemy as sa
+from pydantic import ValidationError
+from sqlmodel import Session, col, select
+
+from app.errors import ApiError, validation_error
+from app.events import Publisher
+from app.models import RUN_STATUSES, LedgerEntry, Run, Stage
+from app.paths import resolve_api_paths
+from app.runstate import set_status
+from app.schemas.specs import RUN_SPEC, SPEC_MODELS, queue_for, step_limits
+from app.settings import Settings
+
+
+def body_hash(body: Any) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def validate_spec(body: Any, settings: Settings) -> Any:
+    """The typed spec, or a 422 naming the field; then the settings' limits, then 501 for kinds
+    whose stages are not built yet."""
+    if not isinstance(body, dict):
+        raise ApiError(
+            422,
+            "validation_error",
+            "body: a run spec must be a JSON object",
+            [{"field": "body", "message": "expected an object"}],
+        )
+    kind = body.get("kind")
+    if kind not in SPEC_MODELS:
+        allowed = ", ".join(sorted(SPEC_MODELS))
+        raise ApiError(
+            422,
+            "validation_error",
+            f"kind: must be one of {allowed} (got {kind!r})",
+            [{"field": "kind", "message": f"must be one of {allowed}"}],
+        )
+    try:
+        spec = RUN_SPEC.validate_python(body)
+    except ValidationError as exc:
+        raise validation_error(list(exc.errors())) from None
+    limits = [(f, n, settings.max_steps) for f, n in step_limits(spec) if n is not None]
+    if getattr(spec, "max_candidates", None) is not None:
+        limits.append(("max_candidates", spec.max_candidates, settings.max_candidates))
+    if spec.budget.max_seconds is not None:
+        limits.append(("budget.max_seconds", spec.budget.max_seconds, settings.max_seconds))
+    for field, asked, limit in limits:
+        if asked > limit:
+            raise ApiError(
+                422,
+                "validation_error",
+                f"{field}: {asked} is over this server's limit of {limit}",
+                [{"field": field, "message": f"at most {limit}"}],
+            )
+    from worker.kinds import missing_stages  # light module: names only, no heavy imports
+
+    missing = missing_stages(spec.kind, spec.dry_run)
+    if missing:
+        what = "dry runs of " if spec.dry_run else ""
+        raise ApiError(
+            501,
+            "not_implemented",
+            f"{what}{spec.kind} runs are not available yet: stages "
+            f"{', '.join(missing)} are not built in this version",
+            {"kind": spec.kind, "missing_stages": missing},
+        )
+    return spec
+
+
+def create_run(
+    publisher: Publisher,
+    settings: Settings,
+    body: Any,
+    idempotency_key: str | None,
+    parent_id: str | None = None,
+) -> tuple[Run, bool]:
+    """(run, created). Same key + same body gives the same run; another body gives 409."""
+    spec = validate_spec(body, settings)
+    digest = body_hash(body)
+    if idempotency_key:
+        existing = _by_key(publisher, idempotency_key)
+        if existing is not None:
+            return _replay(existing, digest, idempotency_key), False
+    resolved = spec.model_dump(mode="json")
+    resolve_api_paths(resolved, settings.data_dir)
+    run = Run(
+        kind=spec.kind,
+        queue=queue_for(spec),
+        name=spec.name,
+        parent_id=parent_id,
+        spec=resolved,
+        spec_hash=digest,
+        idempotency_key=idempotency_key,
+        dry_run=spec.dry_run,
+        max_attempts=spec.max_attempts or settings.max_attempts,
+    )
+    try:
+        with publisher.transaction() as tx:
+            tx.session.add(run)
+            tx.session.flush()
+            tx.emit(
+                run.id,
+                "status",
+                {
+                    "run_id": run.id,
+                    "kind": run.kind,
+                    "status": "queued",
+                    "previous": None,
+                    "attempt": 1,
+                    "terminal": False,
+                },
+            )
+    except sa.exc.IntegrityError:
+        # Two requests with one key raced; the other one won.
+        existing = _by_key(publisher, idempotency_key) if idempotency_key else None
+        if existing is None:
+            raise
+        return _replay(existing, digest, idempotency_key or ""), False
+    return run, True
+
+
+def _by_key(publisher: Publisher, key: str) -> Run | None:
+    with Session(publisher.engine) as session:
+        return session.exec(select(Run).where(Run.idempotency_key == key)).first()
+
+
+def _replay(existing: Run, digest: str, key: str) -> Run:
+    if existing.spec_hash != digest:
+        raise ApiError(
+            409,
+            "idempotency_conflict",
+            f"Idempotency-Key {key!r} was used for run {existing.id} with a different "
+            "body; use a new key for a new run",
+            {"run_id": existing.id},
+        )
+    return existing
+
+
+def get_run(session: Session, run_id: str) -> Run:
+    run = session.get(Run, run_id)
+    if run is None:
+        raise ApiError(404, "not_found", f"run {run_id} does not exist", {"run_id": run_id})
+    return run
+
+
+def run_stages(session: Session, run_id: str) -> list[Stage]:
+    return list(
+        session.exec(
+            select(Stage).where(Stage.run_id == run_id).order_by(col(Stage.position))
+        ).all()
+    )
+
+
+def encode_cursor(run_id: str) -> str:
+    return base64.urlsafe_b64encode(run_id.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> str:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        value = base64.urlsafe_b64decode(padded.encode()).decode()
+    except (ValueError, UnicodeDecodeError):
+        value = ""
+    if len(value) != 26 or not value.isalnum():
+        raise ApiError(
+            422,
+            "validation_error",
+            "cursor: not a cursor this API handed out",
+            [{"field": "cursor", "message": "invalid cursor"}],
+        )
+    return value
+
+
+def list_runs(
+    session: Session,
+    kind: str | None,
+    status: str | None,
+    parent_id: str | None,
+    cursor: str | None,
+    limit: int,
+) -> tuple[list[Run], str | None]:
+    """Newest first; `next_cursor` continues after the last run of this page."""
+    if status is not None and status not in RUN_STATUSES:
+        raise ApiError(
+            422,
+            "validation_error",
+            f"status: must be one of {', '.join(RUN_STATUSES)}",
+            [{"field": "status", "message": "unknown status"}],
+        )
+    query = select(Run)
+    if kind:
+        query = query.where(Run.kind == kind)
+    if status:
+        query = query.where(Run.status == status)
+    if parent_id:
+        query = query.where(Run.parent_id == parent_id)
+    if cursor:
+        query = query.where(col(Run.id) < decode_cursor(cursor))
+    rows = list(session.exec(query.order_by(col(Run.id).desc()).limit(limit + 1)).all())
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, (encode_cursor(rows[-1].id) if more and rows else None)
+
+
+def cancel_run(publisher: Publisher, run_id: str) -> Run:
+    """A queued run is cancelled at once; a running one is asked to stop (the worker ends it)."""
+    with publisher.transaction() as tx:
+        run = get_run(tx.session, run_id)
+        if run.terminal:
+            if run.status == "cancelled":
+                return run
+            raise ApiError(
+                409,
+                "not_cancellable",
+                f"run {run_id} already ended {run.status}",
+                {"status": run.status},
+            )
+        if run.status in ("queued", "interrupted"):
+            if set_status(tx, run, "cancelled", cancel_requested=True):
+                return run
+            tx.session.refresh(run)
+        run.cancel_requested = True
+        tx.session.add(run)
+        tx.session.flush()
+        tx.emit(
+            run.id,
+            "log",
+            {
+                "message": "cancel requested; the worker stops the run at its next step",
+                "cancel_requested": True,
+            },
+        )
+        return run
+
+
+def ledger(session: Session, run_id: str) -> list[LedgerEntry]:
+    get_run(session, run_id)
+    return list(
+        session.exec(
+            select(LedgerEntry)
+            .where(LedgerEntry.search_id == run_id)
+            .order_by(col(LedgerEntry.seq))
+        ).all()
+    )

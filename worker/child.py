@@ -1,0 +1,188 @@
+"""Stage code that needs it runs in a child process per run (SPEC §2), so a crash, an OOM or a
+cancel never takes the worker down. Parent side: `ChildStage`. Child side: `python -m worker.child`.
+
+Signals to the child: SIGTERM means cancel, SIGUSR1 means the worker is shutting down (the run
+will resume elsewhere); either way the stage sees `should_stop()`, saves, and returns.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from app.card import Card
+from app.db import make_engine
+from app.events import Publisher
+from app.redisconn import sync_redis
+from app.settings import Settings
+from worker.context import StageContext, StageFailure
+from worker.manifests import write_json_atomic
+
+PAYLOAD = ".child.json"
+OUTCOME = ".outcome.json"
+STOP_SIGNALS = {"cancel": signal.SIGTERM, "shutdown": signal.SIGUSR1}
+
+
+def load_ref(ref: str) -> Callable[[StageContext, dict[str, Any]], dict[str, Any] | None]:
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def run_stage(fn_ref: str, ctx: StageContext) -> dict[str, Any]:
+    """Call the stage and turn what happens into an outcome record (used in both processes)."""
+    try:
+        result = load_ref(fn_ref)(ctx, ctx.spec) or {}
+        outcome: dict[str, Any] = {"ok": True, "result": result}
+    except StageFailure as exc:
+        outcome = {"ok": False, "failure_class": exc.failure_class, "reason": exc.reason}
+    except MemoryError:
+        outcome = {"ok": False, "failure_class": "oom", "reason": "out of memory (MemoryError)"}
+    except Exception as exc:  # a bug in stage code: record it, never lose it
+        outcome = {
+            "ok": False,
+            "failure_class": "internal",
+            "reason": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc(limit=20),
+        }
+    outcome.update(
+        stop_reason=ctx.stop_reason or (ctx.should_stop() if outcome["ok"] else None),
+        counters=ctx.counters,
+        notes=ctx.notes,
+        inputs=[str(p) for p in ctx.inputs],
+        outputs=[str(p) for p in ctx.outputs],
+    )
+    return outcome
+
+
+class ChildStage:
+    """Parent side: start the child, signal it, and read its outcome."""
+
+    def __init__(self, ctx: StageContext, ref: str) -> None:
+        self.ctx, self.ref = ctx, ref
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.signalled: str | None = None
+
+    def start(self) -> int:
+        stage_dir = self.ctx.stage_dir
+        (stage_dir / OUTCOME).unlink(missing_ok=True)
+        payload = {
+            "ref": self.ref,
+            "parent_pid": os.getpid(),
+            "run_id": self.ctx.run_id,
+            "kind": self.ctx.kind,
+            "stage": self.ctx.stage,
+            "attempt": self.ctx.attempt,
+            "run_dir": str(self.ctx.run_dir),
+            "settings": self.ctx.settings.model_dump(mode="json", exclude={"api_token"}),
+            "card": self.ctx.card.model_dump(),
+            "spec": self.ctx.spec,
+            "deadline": self.ctx.deadline,
+            "percent_base": self.ctx.percent_base,
+            "percent_span": self.ctx.percent_span,
+            "run_started": self.ctx.run_started,
+        }
+        write_json_atomic(stage_dir / PAYLOAD, payload)
+        log = open(stage_dir / "child.log", "ab")  # noqa: SIM115 (the child owns it)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "worker.child", str(stage_dir / PAYLOAD)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C at the worker's terminal is the worker's to handle
+        )
+        log.close()
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        assert self.proc is not None
+        return self.proc.poll()
+
+    def stop(self, reason: str) -> None:
+        if self.proc and self.proc.poll() is None and self.signalled is None:
+            self.signalled = reason
+            self.proc.send_signal(STOP_SIGNALS.get(reason, signal.SIGTERM))
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+
+    def outcome(self) -> dict[str, Any]:
+        assert self.proc is not None
+        code = self.proc.wait()
+        path = self.ctx.stage_dir / OUTCOME
+        if path.exists():
+            return json.loads(path.read_text())
+        if code < 0:
+            sig = signal.Signals(-code).name
+            why = "stopped by the worker" if self.signalled else "killed"
+            hint = " (out of memory? see child.log)" if -code == signal.SIGKILL else ""
+            return {
+                "ok": False,
+                "failure_class": "crash",
+                "reason": f"stage process {why} by {sig}{hint}",
+                "stop_reason": self.signalled,
+            }
+        return {
+            "ok": False,
+            "failure_class": "crash",
+            "reason": f"stage process exited with code {code} without an outcome; see "
+            f"{self.ctx.stage}/child.log",
+            "stop_reason": self.signalled,
+        }
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: a kill -9 of the worker ends us too
+    except OSError:
+        pass
+
+
+def _stopper(ctx: StageContext, reason: str) -> Callable[[int, Any], None]:
+    def handler(_signum: int, _frame: Any) -> None:
+        ctx.stop_reason = reason
+
+    return handler
+
+
+def main(payload_path: str) -> int:
+    payload = json.loads(Path(payload_path).read_text())
+    _die_with_parent()
+    if os.getppid() != payload["parent_pid"]:
+        return 3
+    settings = Settings(**payload["settings"])
+    publisher = Publisher(make_engine(settings.database_url), sync_redis(settings), settings)
+    ctx = StageContext(
+        run_id=payload["run_id"],
+        kind=payload["kind"],
+        stage=payload["stage"],
+        attempt=payload["attempt"],
+        run_dir=Path(payload["run_dir"]),
+        settings=settings,
+        publisher=publisher,
+        card=Card(**payload["card"]),
+        spec=payload["spec"],
+        deadline=payload["deadline"],
+        percent_base=payload["percent_base"],
+        percent_span=payload["percent_span"],
+        run_started=payload["run_started"],
+    )
+    for reason, sig in STOP_SIGNALS.items():
+        signal.signal(sig, _stopper(ctx, reason))
+    outcome = run_stage(payload["ref"], ctx)
+    write_json_atomic(ctx.stage_dir / OUTCOME, outcome)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

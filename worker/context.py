@@ -1,0 +1,116 @@
+"""What a stage function gets (SPEC §2: `(context, spec) -> dict`): its folders, a progress
+callback that feeds the card and `metric` events, and `should_stop()` for cancel and budget.
+
+The same object works in the worker process and in a stage's child process.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.card import Card, measure_ram, write_snapshot
+from app.events import Publisher
+from app.settings import Settings
+
+CARD_EVERY_S = 0.25
+
+
+class StageFailure(Exception):
+    """A failure the stage understands: it names the class (SPEC §3.1) and says what to fix."""
+
+    def __init__(self, failure_class: str, reason: str) -> None:
+        super().__init__(reason)
+        self.failure_class, self.reason = failure_class, reason
+
+
+@dataclass
+class StageContext:
+    run_id: str
+    kind: str
+    stage: str
+    attempt: int
+    run_dir: Path
+    settings: Settings
+    publisher: Publisher
+    card: Card
+    spec: dict[str, Any]
+    deadline: float | None = None  # wall clock (time.time()) at which the budget runs out
+    percent_base: float = 0.0
+    percent_span: float = 100.0
+    pids: list[int] = field(default_factory=lambda: [os.getpid()])
+    stop_reason: str | None = None  # set by a signal handler or the runner
+    counters: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    inputs: list[Path] = field(default_factory=list)
+    outputs: list[Path] = field(default_factory=list)
+    run_started: float = field(default_factory=time.time)  # this attempt's start, for `elapsed`
+    _last_card: float = 0.0
+    _first_step: tuple[int, float] | None = None
+
+    @property
+    def stage_dir(self) -> Path:
+        path = self.run_dir / self.stage
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def should_stop(self) -> str | None:
+        """'cancel', 'shutdown', 'budget', or None: check it at every step boundary."""
+        if self.stop_reason:
+            return self.stop_reason
+        if self.deadline is not None and time.time() >= self.deadline:
+            return "budget"
+        return None
+
+    def count(self, key: str, n: float = 1) -> None:
+        self.counters[key] = self.counters.get(key, 0) + n
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def log(self, message: str, **data: Any) -> None:
+        self.publisher.publish(
+            self.run_id, "log", {"stage": self.stage, "message": message, **data}
+        )
+
+    def progress(self, step: int, total: int | None = None, **metrics: Any) -> None:
+        """Report one step: a `metric` event always, the card at most every CARD_EVERY_S."""
+        now = time.monotonic()
+        if self._first_step is None:
+            self._first_step = (step, now)
+        clean = {k: v for k, v in metrics.items() if v is not None}
+        self.publisher.publish(
+            self.run_id, "metric", {"stage": self.stage, "step": step, "total": total, **clean}
+        )
+        last = total is not None and step >= total
+        if now - self._last_card < CARD_EVERY_S and not last:
+            return
+        self._last_card = now
+        card = self.card
+        card.phase, card.step, card.total_steps = self.stage, step, total
+        card.status = "running"
+        if "loss" in clean:
+            card.loss = float(clean["loss"])
+        for key in ("current_anchor", "current_train", "current_gap"):
+            if key in clean:
+                setattr(card, key, float(clean[key]))
+        first_step, first_t = self._first_step
+        done_steps = step - first_step
+        if total and done_steps > 0 and now > first_t:
+            rate = done_steps / (now - first_t)
+            card.eta_s = max(0.0, (total - step) / rate)
+        else:
+            card.eta_s = None
+        fraction = min(1.0, step / total) if total else 0.0
+        card.percent = round(self.percent_base + self.percent_span * fraction, 1)
+        self.publish_card()
+
+    def publish_card(self) -> None:
+        card = self.card
+        card.ram_used_gb, card.ram_total_gb = measure_ram(self.pids)
+        card.elapsed_s = time.time() - self.run_started
+        self.publisher.publish(self.run_id, "card", card.model_dump())
+        write_snapshot(card, self.run_dir)

@@ -1,0 +1,53 @@
+"""What each kind of run does: its stages, in order (SPEC §3.2). A new kind is a list of stages.
+
+Light on purpose (no heavy imports): the API reads it to tell which kinds are built yet.
+Each stage is a plain function `(context, spec) -> dict`, named here by "module:function".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StageDef:
+    name: str
+    ref: str | None  # None: not built yet (the API answers 501 for the kind)
+    in_child: bool = False  # heavy or GPU work runs in a child process per run
+    weight: float = 1.0  # share of the card's percent bar
+    after_budget: bool = False  # still runs when the budget stopped the run (finalizers)
+
+
+KINDS: dict[str, tuple[StageDef, ...]] = {
+    "train": (
+        StageDef("prepare_corpus", None),
+        StageDef("prepare_config", None),
+        StageDef("launch_trainer", None, in_child=True, weight=8),
+        StageDef("evaluate", None, in_child=True, weight=2),
+    ),
+    "bench": (
+        StageDef("resolve", None),
+        StageDef("evaluate", None, in_child=True, weight=8),
+    ),
+    "hillclimb": (
+        StageDef("plan", None),
+        StageDef("finalize", None, after_budget=True),
+    ),
+    "selftest": (
+        StageDef("prepare", "worker.stages.selftest:prepare"),
+        StageDef("loop", "worker.stages.selftest:loop", in_child=True, weight=8),
+    ),
+}
+
+# Dry runs resolve and validate without training (SPEC §3.2): "module:function" per kind.
+PLANNERS: dict[str, str] = {
+    "train": "worker.stages.dryrun:plan_train",
+    "selftest": "worker.stages.dryrun:plan_generic",
+}
+
+
+def missing_stages(kind: str, dry_run: bool) -> list[str]:
+    """Stages a run of this kind would need that are not built yet (empty: it can run)."""
+    if dry_run:
+        return [] if kind in PLANNERS else [s.name for s in KINDS[kind]]
+    return [s.name for s in KINDS[kind] if s.ref is None]

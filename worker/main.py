@@ -1,0 +1,139 @@
+"""The arq worker (SPEC §11): job functions and hooks. `trm worker --queues gpu,cpu` serves both
+queues from one process; `arq worker.main.WorkerSettings` serves the gpu queue alone."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+from typing import Any
+
+from arq import Worker
+
+from app.db import check_migrated, get_engine, session_scope
+from app.events import Publisher
+from app.models import WorkerRecord, utcnow
+from app.queue import arq_redis_settings, create_arq_pool
+from app.redisconn import sync_redis
+from app.settings import Settings, get_settings
+from worker.reconciler import reconcile_once
+from worker.runner import Runner
+
+log = logging.getLogger("trm.worker")
+SHUTDOWN_GRACE_S = 15.0
+QUEUE_SLOTS = {"gpu": 1, "cpu": 4}  # one GPU job per worker; cpu jobs are light or waiting
+
+
+async def run_job(ctx: dict[str, Any], run_id: str, attempt: int) -> str:
+    runner: Runner = ctx["runner"]
+    return await asyncio.to_thread(runner.execute, run_id, attempt)
+
+
+async def startup(ctx: dict[str, Any]) -> None:
+    if "runner" in ctx:
+        return
+    settings: Settings = ctx.get("settings") or get_settings()
+    engine = get_engine(settings)
+    check_migrated(engine)
+    worker_id = settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
+    publisher = Publisher(engine, sync_redis(settings), settings)
+    ctx.update(
+        settings=settings,
+        publisher=publisher,
+        worker_id=worker_id,
+        runner=Runner(settings, publisher, worker_id),
+    )
+    with session_scope(engine) as session:
+        record = session.get(WorkerRecord, worker_id) or WorkerRecord(
+            id=worker_id, host=socket.gethostname(), pid=os.getpid(), queues=[]
+        )
+        record.queues, record.heartbeat_at = list(ctx.get("queues", ["gpu"])), utcnow()
+        session.add(record)
+    ctx["pool"] = await create_arq_pool(settings)
+    ctx["background"] = asyncio.create_task(_background(ctx))
+
+
+async def shutdown(ctx: dict[str, Any]) -> None:
+    task = ctx.pop("background", None)
+    if task:
+        task.cancel()
+    if "pool" in ctx:
+        await ctx.pop("pool").close()
+    with session_scope(ctx["publisher"].engine) as session:
+        record = session.get(WorkerRecord, ctx["worker_id"])
+        if record:
+            session.delete(record)
+
+
+async def _background(ctx: dict[str, Any]) -> None:
+    """Reconcile now and every few seconds; keep this worker's registry row fresh."""
+    settings: Settings = ctx["settings"]
+    while True:
+        try:
+            await reconcile_once(settings, ctx["publisher"], ctx["pool"])
+            await asyncio.to_thread(_beat, ctx)
+        except Exception as exc:  # the database or Redis is down: try again next round
+            log.warning("reconcile pass failed: %s", exc)
+        await asyncio.sleep(settings.reconcile_every_s)
+
+
+def _beat(ctx: dict[str, Any]) -> None:
+    with session_scope(ctx["publisher"].engine) as session:
+        record = session.get(WorkerRecord, ctx["worker_id"])
+        if record:
+            record.heartbeat_at = utcnow()
+            session.add(record)
+
+
+class WorkerSettings:
+    functions = [run_job]
+    on_startup = startup
+    on_shutdown = shutdown
+    queue_name = get_settings().queue_name("gpu")
+    max_jobs = 1
+    max_tries = 1
+    keep_result = 0  # the database holds results; a stored one would block re-enqueueing
+    job_timeout = get_settings().job_timeout_s
+    poll_delay = get_settings().poll_delay_s
+
+
+async def serve(settings: Settings, queues: list[str]) -> None:
+    """Run one arq Worker per queue in this process, sharing one runner and reconciler."""
+    ctx: dict[str, Any] = {"settings": settings, "queues": queues}
+    await startup(ctx)
+    workers = [
+        Worker(
+            functions=WorkerSettings.functions,
+            queue_name=settings.queue_name(queue),
+            redis_settings=arq_redis_settings(settings),
+            max_jobs=QUEUE_SLOTS.get(queue, 1),
+            max_tries=WorkerSettings.max_tries,
+            keep_result=WorkerSettings.keep_result,
+            job_timeout=settings.job_timeout_s,
+            poll_delay=settings.poll_delay_s,
+            handle_signals=False,
+            ctx=ctx,
+        )
+        for queue in queues
+    ]
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    mains = [asyncio.create_task(w.main()) for w in workers]
+    log.info("worker %s serving %s", ctx["worker_id"], ", ".join(queues))
+    await stopping.wait()
+    # Graceful: stop taking jobs, let running stages save and mark their runs interrupted.
+    ctx["runner"].shutdown.set()
+    for w in workers:
+        w.allow_pick_jobs = False
+    running = [t for w in workers for t in w.tasks.values() if not t.done()]
+    if running:
+        await asyncio.wait(running, timeout=SHUTDOWN_GRACE_S)
+    for task in mains:
+        task.cancel()
+    for w in workers:
+        await w.close()
+    await shutdown(ctx)

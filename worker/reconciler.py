@@ -1,0 +1,119 @@
+"""The reconciler (SPEC §3.1): on worker start and every few seconds, on any worker.
+
+- a `running` run whose heartbeat went stale is marked `interrupted` (its worker vanished);
+- an `interrupted` run is queued again as the next attempt, up to `max_attempts`,
+  then `failed/crash`;
+- a `queued` run that Redis no longer holds (flushed, restarted empty) is enqueued again.
+
+Every change is a compare-and-set, so several workers reconciling at once do each thing once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from arq.connections import ArqRedis
+from sqlmodel import col, select
+
+from app.db import as_utc
+from app.events import Publisher
+from app.models import Run, WorkerRecord, utcnow
+from app.queue import enqueue
+from app.runstate import set_status
+from app.settings import Settings
+
+log = logging.getLogger("trm.reconciler")
+BATCH = 500
+
+
+@dataclass
+class Pass:
+    interrupted: list[str] = field(default_factory=list)
+    requeued: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    to_enqueue: list[tuple[str, int, str]] = field(default_factory=list)
+    enqueued: list[str] = field(default_factory=list)
+
+
+def reclaim(settings: Settings, publisher: Publisher) -> Pass:
+    """The database half of a pass; returns what must be (re)enqueued."""
+    result = Pass()
+    now = utcnow()
+    stale_before = now - timedelta(seconds=settings.stale_after_s)
+    with publisher.transaction() as tx:
+        stale = tx.session.exec(
+            select(Run)
+            .where(Run.status == "running", col(Run.heartbeat_at) < stale_before)
+            .limit(BATCH)
+        ).all()
+        for run in stale:
+            age = (now - as_utc(run.heartbeat_at)).total_seconds()  # type: ignore[operator]
+            attempts = [dict(a) for a in (run.attempts or [])]
+            if attempts:
+                attempts[-1].update(ended_at=now.isoformat(), outcome="interrupted")
+            reason = f"worker {run.worker_id} stopped heartbeating {age:.0f}s ago"
+            if set_status(
+                tx,
+                run,
+                "interrupted",
+                expect_lease=run.lease_token,
+                failure_reason=reason,
+                attempts=attempts,
+            ):
+                result.interrupted.append(run.id)
+        tx.session.execute(
+            WorkerRecord.__table__.delete().where(  # type: ignore[attr-defined]
+                col(WorkerRecord.heartbeat_at) < now - timedelta(seconds=settings.stale_after_s * 6)
+            )
+        )
+    with publisher.transaction() as tx:
+        waiting = tx.session.exec(select(Run).where(Run.status == "interrupted").limit(BATCH)).all()
+        for run in waiting:
+            if run.cancel_requested:
+                set_status(tx, run, "cancelled")
+            elif run.attempt >= run.max_attempts:
+                if set_status(
+                    tx,
+                    run,
+                    "failed",
+                    failure_class="crash",
+                    failure_reason=f"interrupted on all {run.max_attempts} attempts; "
+                    f"last: {run.failure_reason}",
+                ):
+                    result.failed.append(run.id)
+            elif set_status(
+                tx, run, "queued", attempt=run.attempt + 1, worker_id=None, cancel_requested=False
+            ):
+                result.requeued.append(run.id)
+                result.to_enqueue.append((run.id, run.attempt, run.queue))
+    with publisher.transaction() as tx:
+        old = now - timedelta(seconds=settings.requeue_after_s)
+        for run in tx.session.exec(
+            select(Run)
+            .where(Run.status == "queued", col(Run.created_at) < old)
+            .order_by(col(Run.created_at))
+            .limit(BATCH)
+        ).all():
+            if run.id not in result.requeued:
+                result.to_enqueue.append((run.id, run.attempt, run.queue))
+    return result
+
+
+async def reconcile_once(settings: Settings, publisher: Publisher, pool: ArqRedis) -> Pass:
+    import asyncio
+
+    result = await asyncio.to_thread(reclaim, settings, publisher)
+    for run_id, attempt, queue in result.to_enqueue:
+        if await enqueue(pool, settings, run_id, attempt, queue):
+            result.enqueued.append(run_id)
+    if result.interrupted or result.requeued or result.failed or result.enqueued:
+        log.info(
+            "reconciled: interrupted=%s requeued=%s failed=%s enqueued=%s",
+            result.interrupted,
+            result.requeued,
+            result.failed,
+            result.enqueued,
+        )
+    return result

@@ -1,0 +1,328 @@
+"""Runs one attempt of a run: claim it, execute its kind's stages in order, and finish it.
+
+Read top to bottom: `execute` → `_claim` → `_run_stages` (each stage inline or in a child
+process, each recorded by the StageRecorder) → `_finish` (status, summary.json, usage).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlmodel import col, select
+
+from app.card import Card, measure_ram, write_snapshot
+from app.events import Publisher
+from app.models import Run, Stage, utcnow
+from app.runstate import set_status
+from app.settings import Settings
+from worker.child import ChildStage, load_ref, run_stage
+from worker.context import StageContext, StageFailure
+from worker.kinds import KINDS, PLANNERS, StageDef
+from worker.lease import Lease
+from worker.manifests import StageRecorder, write_json_atomic
+from worker.usage import Usage
+
+log = logging.getLogger("trm.worker")
+POLL_S = 0.05
+
+
+@dataclass
+class Ending:
+    status: str  # completed | failed | cancelled | interrupted | lost
+    failure_class: str | None = None
+    reason: str | None = None
+    stopped_by: str | None = None
+
+
+class _MovedOn(Exception):
+    """The run left our lease before we could record its end; roll the transaction back."""
+
+
+class Runner:
+    def __init__(self, settings: Settings, publisher: Publisher, worker_id: str) -> None:
+        self.settings, self.publisher, self.worker_id = settings, publisher, worker_id
+        self.engine = publisher.engine
+        self.shutdown = threading.Event()
+
+    # -- claim ---------------------------------------------------------------------------------
+    def execute(self, run_id: str, attempt: int) -> str:
+        run = self._claim(run_id, attempt)
+        if run is None:
+            return "not_claimed"
+        lease = Lease(self.engine, self.settings, run.id, run.lease_token, self.worker_id)
+        lease.pids.append(os.getpid())
+        lease.start()
+        usage = Usage.resume(run.usage, time.time())
+        try:
+            ending = self._dry_run(run) if run.dry_run else self._run_stages(run, lease, usage)
+        except Exception as exc:  # the runner itself failed: say so on the run, never leave it
+            log.exception("run %s failed in the runner", run_id)
+            ending = Ending("failed", "internal", f"runner error: {type(exc).__name__}: {exc}")
+        finally:
+            lease.stop()
+        if ending.status != "lost":
+            usage.finish(lease.peak_rss)
+            self._finish(run, ending, usage)
+        return ending.status
+
+    def _claim(self, run_id: str, attempt: int) -> Run | None:
+        with self.publisher.transaction() as tx:
+            run = tx.session.get(Run, run_id)
+            if run is None or run.status != "queued" or run.attempt != attempt:
+                return None
+            if run.cancel_requested:
+                set_status(tx, run, "cancelled")
+                return None
+            record = {
+                "attempt": attempt,
+                "worker_id": self.worker_id,
+                "started_at": utcnow().isoformat(),
+                "ended_at": None,
+                "outcome": None,
+            }
+            claimed = set_status(
+                tx,
+                run,
+                "running",
+                worker_id=self.worker_id,
+                lease_token=run.lease_token + 1,
+                heartbeat_at=utcnow(),
+                attempts=[*(run.attempts or []), record],
+            )
+            return run if claimed else None
+
+    # -- stages --------------------------------------------------------------------------------
+    def _card(self, run: Run) -> Card:
+        base = dict(run.card or {})
+        base.update(
+            run_id=run.id,
+            kind=run.kind,
+            status="running",
+            attempt=run.attempt,
+            worker=self.worker_id,
+            trainer=run.spec.get("trainer"),
+        )
+        return Card(**{k: v for k, v in base.items() if k in Card.model_fields})
+
+    def _run_stages(self, run: Run, lease: Lease, usage: Usage) -> Ending:
+        stages = KINDS[run.kind]
+        recorder = StageRecorder(self.publisher, run.id, self.settings.run_dir(run.id), run.attempt)
+        done = self._completed_stages(run.id)
+        card = self._card(run)
+        total_weight = sum(s.weight for s in stages)
+        deadline = usage.deadline(run.spec.get("budget", {}).get("max_seconds"))
+        percent = 0.0
+        ending: Ending | None = None
+        for position, stage in enumerate(stages):
+            span = 100.0 * stage.weight / total_weight
+            if stage.name in done:
+                percent += span
+                continue
+            stop = self._stop_reason(lease, deadline)
+            if ending is None and stop:
+                ending = self._ending_for_stop(stop)
+            finalizer = ending is not None and ending.stopped_by == "budget" and stage.after_budget
+            if ending is not None and not finalizer:
+                by = f" by {ending.stopped_by}" if ending.stopped_by else ""
+                recorder.mark(stage.name, position, "skipped", f"not run: run {ending.status}{by}")
+                continue
+            card.phase, card.percent, card.step, card.total_steps = stage.name, percent, None, None
+            ctx = StageContext(
+                run_id=run.id,
+                kind=run.kind,
+                stage=stage.name,
+                attempt=run.attempt,
+                run_dir=self.settings.run_dir(run.id),
+                settings=self.settings,
+                publisher=self.publisher,
+                card=card,
+                spec=run.spec,
+                deadline=deadline,
+                percent_base=percent,
+                percent_span=span,
+                run_started=usage.started,
+            )
+            ctx.publish_card()
+            manifest = recorder.start(stage.name, position)
+            started = time.monotonic()
+            outcome = self._run_one(stage, ctx, lease)
+            usage.add_stage(stage, time.monotonic() - started, outcome.get("counters", {}))
+            if lease.lost.is_set():
+                return Ending("lost")
+            stage_ending = self._record_outcome(recorder, manifest, position, ctx, outcome)
+            if stage_ending is not None and ending is None:
+                ending = stage_ending
+            percent += span
+            card = ctx.card
+        return ending or Ending("completed")
+
+    def _completed_stages(self, run_id: str) -> set[str]:
+        with self.publisher.transaction() as tx:
+            rows = tx.session.exec(
+                select(Stage.name).where(Stage.run_id == run_id, Stage.status == "completed")
+            ).all()
+        return set(rows)
+
+    def _stop_reason(self, lease: Lease, deadline: float | None) -> str | None:
+        if lease.cancelled.is_set():
+            return "cancel"
+        if self.shutdown.is_set():
+            return "shutdown"
+        if deadline is not None and time.time() >= deadline:
+            return "budget"
+        return None
+
+    @staticmethod
+    def _ending_for_stop(stop: str) -> Ending:
+        if stop == "cancel":
+            return Ending("cancelled", reason="cancelled on request")
+        if stop == "shutdown":
+            return Ending(
+                "interrupted", reason="worker shut down; the run resumes on another attempt"
+            )
+        return Ending("completed", stopped_by="budget")
+
+    def _run_one(self, stage: StageDef, ctx: StageContext, lease: Lease) -> dict[str, Any]:
+        assert stage.ref is not None, f"stage {stage.name} is not built"
+        if not stage.in_child:
+            ctx.stop_reason = self._stop_reason(lease, None)
+            return run_stage(stage.ref, ctx)
+        child = ChildStage(ctx, stage.ref)
+        lease.pids.append(child.start())
+        signalled_at: float | None = None
+        while child.poll() is None:
+            time.sleep(POLL_S)
+            reason = "lost" if lease.lost.is_set() else self._stop_reason(lease, None)
+            if reason and signalled_at is None:
+                child.stop("cancel" if reason == "lost" else reason)
+                signalled_at = time.monotonic()
+            if (
+                signalled_at is not None
+                and time.monotonic() - signalled_at > self.settings.cancel_grace_s
+            ):
+                child.kill()
+        return child.outcome()
+
+    def _record_outcome(
+        self,
+        recorder: StageRecorder,
+        manifest: dict[str, Any],
+        position: int,
+        ctx: StageContext,
+        outcome: dict[str, Any],
+    ) -> Ending | None:
+        from pathlib import Path
+
+        manifest["counters"] = outcome.get("counters", {})
+        manifest["notes"] = outcome.get("notes", [])
+        if outcome.get("ok") and isinstance(outcome.get("result"), dict) and outcome["result"]:
+            manifest["result"] = outcome["result"]
+        inputs = [Path(p) for p in outcome.get("inputs", [])]
+        outputs = [Path(p) for p in outcome.get("outputs", [])]
+        stop = outcome.get("stop_reason")
+        if stop in ("cancel", "shutdown"):
+            ending = self._ending_for_stop(stop)
+            klass = "cancelled" if stop == "cancel" else "interrupted"
+            error = {"class": klass, "message": ending.reason}
+            recorder.finish(
+                manifest, position, "failed", inputs=inputs, outputs=outputs, error=error
+            )
+            return ending
+        if not outcome.get("ok"):
+            error = {"class": outcome["failure_class"], "message": outcome["reason"]}
+            if outcome.get("traceback"):
+                error["traceback"] = outcome["traceback"]
+            recorder.finish(
+                manifest, position, "failed", inputs=inputs, outputs=outputs, error=error
+            )
+            return Ending("failed", outcome["failure_class"], f"{ctx.stage}: {outcome['reason']}")
+        if stop == "budget":
+            manifest["notes"].append("stopped early by the run's budget (max_seconds)")
+        recorder.finish(manifest, position, "completed", inputs=inputs, outputs=outputs)
+        return self._ending_for_stop("budget") if stop == "budget" else None
+
+    # -- dry run -------------------------------------------------------------------------------
+    def _dry_run(self, run: Run) -> Ending:
+        recorder = StageRecorder(self.publisher, run.id, self.settings.run_dir(run.id), run.attempt)
+        ctx = StageContext(
+            run_id=run.id,
+            kind=run.kind,
+            stage="dry_run",
+            attempt=run.attempt,
+            run_dir=self.settings.run_dir(run.id),
+            settings=self.settings,
+            publisher=self.publisher,
+            card=self._card(run),
+            spec=run.spec,
+        )
+        try:
+            plans: dict[str, str] = load_ref(PLANNERS[run.kind])(ctx, run.spec) or {}
+        except StageFailure as exc:
+            return Ending("failed", exc.failure_class, f"dry run: {exc.reason}")
+        for position, stage in enumerate(KINDS[run.kind]):
+            recorder.mark(stage.name, position, "planned", plans.get(stage.name))
+        return Ending("completed")
+
+    # -- finish --------------------------------------------------------------------------------
+    def _finish(self, run: Run, ending: Ending, usage: Usage) -> None:
+        attempts = [dict(a) for a in (run.attempts or [])]
+        if attempts:
+            attempts[-1].update(ended_at=utcnow().isoformat(), outcome=ending.status)
+        fields: dict[str, Any] = {
+            "usage": usage.as_dict(),
+            "attempts": attempts,
+            "failure_class": ending.failure_class,
+            "failure_reason": ending.reason if ending.status in ("failed", "interrupted") else None,
+            "stopped_by": ending.stopped_by,
+        }
+        try:
+            with self.publisher.transaction() as tx:
+                fresh = tx.session.get(Run, run.id)
+                assert fresh is not None
+                card = self._card(fresh)
+                card.status, card.phase = ending.status, fresh.phase
+                card.percent = 100.0 if ending.status == "completed" else (fresh.percent or 0.0)
+                card.ram_used_gb, card.ram_total_gb = measure_ram([os.getpid()])
+                card.elapsed_s = usage.wall_seconds
+                card.eta_s = 0.0 if ending.status == "completed" else None
+                tx.emit(run.id, "card", card.model_dump())  # before the terminal status ends SSE
+                if not set_status(tx, fresh, ending.status, expect_lease=run.lease_token, **fields):
+                    raise _MovedOn
+        except _MovedOn:
+            log.warning("run %s moved on before %s could be recorded", run.id, ending.status)
+            return
+        run_dir = self.settings.run_dir(run.id)
+        write_snapshot(card, run_dir)
+        write_json_atomic(run_dir / "summary.json", self._summary(fresh, ending, usage))
+
+    def _summary(self, run: Run, ending: Ending, usage: Usage) -> dict[str, Any]:
+        with self.publisher.transaction() as tx:
+            stages = tx.session.exec(
+                select(Stage).where(Stage.run_id == run.id).order_by(col(Stage.position))
+            ).all()
+        budget = (run.spec.get("budget") or {}).get("max_seconds")
+        summary = {
+            "run_id": run.id,
+            "kind": run.kind,
+            "name": run.name,
+            "status": ending.status,
+            "dry_run": run.dry_run,
+            "attempt": run.attempt,
+            "failure_class": ending.failure_class,
+            "failure_reason": ending.reason if ending.status != "completed" else None,
+            "stopped_by": ending.stopped_by,
+            "stages": [
+                {"name": s.name, "status": s.status, "manifest": f"{s.name}/manifest.json"}
+                for s in stages
+            ],
+            "usage": usage.as_dict(),
+            "finished_at": utcnow().isoformat(),
+        }
+        if ending.stopped_by == "budget" and budget:
+            summary["budget_overshoot_s"] = round(max(0.0, usage.wall_seconds - budget), 3)
+        return summary

@@ -1,0 +1,1 @@
+"""Stage functions, one module per kind or concern: `(context, spec) -> dict`."""
