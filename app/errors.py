@@ -51,32 +51,43 @@ def field_path(loc: tuple[Any, ...] | list[Any]) -> str:
     return out or "body"
 
 
-def validation_details(errors: list[Any]) -> list[dict[str, Any]]:
+def _without_union_tags(loc: list[Any], body: Any) -> list[Any]:
+    """A discriminated union puts its tag ('train', 'jsonl') into the location; it is not a
+    field, so drop every part that names the `kind`/`type` of the object it stands in."""
+    out: list[Any] = []
+    node = body
+    for part in loc:
+        if part == "body" and not out:
+            continue
+        if (
+            isinstance(node, dict)
+            and isinstance(part, str)
+            and part not in node
+            and part in (node.get("kind"), node.get("type"))
+        ):
+            continue
+        out.append(part)
+        if isinstance(node, dict) and isinstance(part, str):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            node = None
+    return out
+
+
+def validation_details(errors: list[Any], body: Any = None) -> list[dict[str, Any]]:
     details = []
     for err in errors:
-        loc = list(err.get("loc", ()))
-        # A discriminated union adds the tag ('train') to the location; it is not a field.
-        if (
-            len(loc) > 1
-            and loc[0] == "body"
-            and isinstance(loc[1], str)
-            and loc[1] in ("train", "bench", "hillclimb", "selftest")
-        ):
-            loc.pop(1)
-        elif (
-            loc
-            and isinstance(loc[0], str)
-            and loc[0] in ("train", "bench", "hillclimb", "selftest")
-        ):
-            loc.pop(0)
+        loc = _without_union_tags(list(err.get("loc", ())), body)
         details.append(
             {"field": field_path(loc), "message": err.get("msg"), "type": err.get("type")}
         )
     return details
 
 
-def validation_error(errors: list[Any], prefix: str = "") -> ApiError:
-    details = validation_details(errors)
+def validation_error(errors: list[Any], prefix: str = "", body: Any = None) -> ApiError:
+    details = validation_details(errors, body)
     for d in details:
         d["field"] = f"{prefix}{d['field']}" if prefix else d["field"]
     first = details[0] if details else {"field": "body", "message": "invalid"}

@@ -50,7 +50,7 @@ def validate_spec(body: Any, settings: Settings) -> Any:
     try:
         spec = RUN_SPEC.validate_python(body)
     except ValidationError as exc:
-        raise validation_error(list(exc.errors())) from None
+        raise validation_error(list(exc.errors()), body=body) from None
     limits = [(f, n, settings.max_steps) for f, n in step_limits(spec) if n is not None]
     if getattr(spec, "max_candidates", None) is not None:
         limits.append(("max_candidates", spec.max_candidates, settings.max_candidates))

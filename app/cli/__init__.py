@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
-from app.cli import corpus, db, envs, importspec, runs, server
+import httpx
 
-VERB_MODULES = (server, db, runs, corpus, envs, importspec)
+from app.cli import corpus, db, envs, importspec, runs, schemas, server
+
+VERB_MODULES = (server, db, runs, corpus, envs, importspec, schemas)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +29,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = args.func(args)
     except KeyboardInterrupt:
         return 130
+    except httpx.TransportError as exc:
+        url = os.environ.get("TRM_API_URL") or "http://127.0.0.1:8000"
+        print(
+            f"trm: cannot reach the API at {url} ({exc}); is `trm up` running? "
+            "Point TRM_API_URL at the server.",
+            file=sys.stderr,
+        )
+        return 1
     return int(code or 0)
 
 

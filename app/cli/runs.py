@@ -50,7 +50,8 @@ def _fail(exc: Exception) -> int:
 
 
 def load_spec(path: Path) -> dict[str, Any]:
-    """Read a spec file; relative data paths resolve against the file's folder."""
+    """Read a spec file; a relative data path that exists next to the file resolves against the
+    file's folder; any other relative path is left for the server (against its TRM_DATA_DIR)."""
     try:
         spec = json.loads(path.read_text())
     except FileNotFoundError:
@@ -61,7 +62,9 @@ def load_spec(path: Path) -> dict[str, Any]:
         ) from None
     if isinstance(spec, dict):
         for _field, container, key in spec_path_fields(spec):
-            container[key] = resolve_spec_file_path(container[key], path)
+            local = resolve_spec_file_path(container[key], path)
+            if Path(local).exists():
+                container[key] = local
     return spec
 
 

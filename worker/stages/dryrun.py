@@ -26,6 +26,9 @@ def _check_sources(spec: dict[str, Any]) -> list[str]:
 
 
 def plan_train(ctx: StageContext, spec: dict[str, Any]) -> dict[str, str]:
+    from worker.stages.train import materialize_bench_data
+
+    materialize_bench_data(spec, ctx.settings.data_dir)
     sources = _check_sources(spec)
     trainer = spec["trainer"]
     resolved = {

@@ -1,0 +1,28 @@
+# The few commands people need. Everything runs from .venv (scripts/setup.sh makes it).
+.PHONY: setup test demo up lint format bench schemas
+
+setup:
+	scripts/setup.sh
+
+test:
+	scripts/test.sh
+
+demo:
+	scripts/demo.sh
+
+up: setup
+	.venv/bin/trm up
+
+lint: setup
+	.venv/bin/ruff check app worker tests bench
+	.venv/bin/mypy app
+
+format: setup
+	.venv/bin/ruff format app worker tests bench
+	.venv/bin/ruff check --fix app worker tests bench
+
+bench: setup
+	.venv/bin/python bench/service.py
+
+schemas: setup
+	.venv/bin/trm schemas --out specs/schemas

@@ -1,0 +1,99 @@
+"""The card: one renderer, fixed width, honest ETA and measured RAM."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from app.card import WIDTH, Card, measure_ram, progress_bar, render_text, snapshot, write_snapshot
+
+SKILL_KEYS = {
+    "run_id",
+    "phase",
+    "step",
+    "data_source",
+    "ram_budget",
+    "elapsed",
+    "eta",
+    "percent_complete",
+    "progress_bar",
+    "current_anchor",
+    "current_train",
+    "current_gap",
+    "best_anchor",
+    "best_train",
+    "best_gap",
+    "completed_count",
+    "total_candidates",
+}
+
+
+def full_card() -> Card:
+    return Card(
+        run_id="01JABCDEFGHJKMNPQRSTVWXYZ0",
+        kind="train",
+        trainer="qlora",
+        status="running",
+        phase="launch_trainer",
+        step=120,
+        total_steps=400,
+        data_source="routerbench:route-w3",
+        ram_used_gb=1.9,
+        ram_total_gb=23.0,
+        eta_s=151,
+        percent=30.0,
+        loss=0.412,
+        best_anchor=0.812,
+        best_train=0.871,
+        best_gap=0.059,
+        best_candidate="7",
+    )
+
+
+def test_every_line_has_the_same_width_whatever_the_content() -> None:
+    long = full_card().model_copy(
+        update={
+            "phase": "p" * 80,
+            "data_source": "d" * 80,
+            "kind": "hillclimb",
+            "status": "interrupted",
+        }
+    )
+    for card in (full_card(), Card(run_id="x", kind="selftest"), long):
+        lines = render_text(card).splitlines()
+        assert len(lines) == 7
+        assert {len(line) for line in lines} == {WIDTH}
+        assert all(line.isascii() for line in lines)
+
+
+def test_card_shows_step_eta_bar_and_best() -> None:
+    text = render_text(full_card())
+    assert "step  120/400" in text and "02:31" in text
+    assert "[#####-------------]   30.0%" in text
+    assert "anchor 0.812 train 0.871 gap 0.059  (cand 7)" in text
+    assert "RAM  1.9/23.0 GB" in text
+
+
+def test_unknown_eta_says_estimating_and_zero_is_a_score() -> None:
+    card = Card(run_id="x", kind="train", current_anchor=0.0)
+    text = render_text(card)
+    assert "estimating" in text and "anchor 0.000" in text
+    assert progress_bar(0) == "[" + "-" * 18 + "]" and progress_bar(100) == "[" + "#" * 18 + "]"
+
+
+def test_ram_is_measured() -> None:
+    used, total = measure_ram()
+    assert 0 < used < total
+    import os
+
+    mine, _ = measure_ram([os.getpid()])
+    assert 0.001 < mine < used
+
+
+def test_snapshot_has_the_skill_keys_plus_ours(tmp_path: Path) -> None:
+    write_snapshot(full_card(), tmp_path)
+    data = json.loads((tmp_path / "progress.snapshot.json").read_text())
+    assert set(data) >= SKILL_KEYS
+    assert data["eta"] == "02:31" and data["percent_complete"] == 30.0
+    assert data["card"]["trainer"] == "qlora" and data["text"] == render_text(full_card())
+    assert snapshot(full_card())["progress_bar"] == progress_bar(30.0)

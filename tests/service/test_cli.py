@@ -1,0 +1,80 @@
+"""The `trm` CLI against a real service: submit, runs, show, watch, cancel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, Service
+
+SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+
+def trm(service: Service, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {**service.env, "TRM_API_URL": service.url}
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@SQLITE_ONLY
+def test_submit_sample_dry_run_and_watch_it_to_the_end(service: Service) -> None:
+    service.start_worker()
+    out = trm(service, "submit", str(ROOT / "specs" / "train-routerbench-trm.dry.json"), "--watch")
+    assert out.returncode == 0, out.stderr
+    run_id = out.stdout.split()[0]
+    assert out.stdout.rstrip().endswith(f"run {run_id} completed")
+    assert "+-- trm run" in out.stdout
+    shown = trm(service, "show", run_id)
+    assert "prepare_corpus   planned" in shown.stdout
+    listed = trm(service, "runs")
+    assert run_id in listed.stdout and "completed" in listed.stdout
+    once = trm(service, "watch", run_id, "--once")
+    lines = once.stdout.rstrip("\n").splitlines()
+    assert len(lines) == 7 and len({len(line) for line in lines}) == 1
+
+
+@SQLITE_ONLY
+def test_submit_names_the_bad_field_and_fails(service: Service, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"kind": "selftest", "steps": -1}')
+    out = trm(service, "submit", str(bad))
+    assert out.returncode == 1
+    assert "steps" in out.stderr
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"kind": \n')
+    out = trm(service, "submit", str(broken))
+    assert out.returncode != 0 and f"{broken}:2" in out.stderr
+
+
+@SQLITE_ONLY
+def test_cancel_from_the_cli(service: Service) -> None:
+    out = trm(service, "submit", str(ROOT / "specs" / "selftest.json"))
+    run_id = out.stdout.split()[0]
+    cancelled = trm(service, "cancel", run_id)
+    assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout
+    assert service.run(run_id)["status"] == "cancelled"
+
+
+def test_cli_without_a_server_says_so() -> None:
+    env = {**os.environ, "TRM_API_URL": "http://127.0.0.1:9"}
+    out = subprocess.run(
+        [sys.executable, "-m", "app.cli", "runs"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1
+    assert "cannot reach the API at http://127.0.0.1:9" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -1,0 +1,191 @@
+"""Runs through real workers: submit → running → completed; cancel; kill -9 and resume; Redis
+losing its queue; failures; budgets; dry runs. On SQLite and on Postgres."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import time
+from datetime import datetime
+from pathlib import Path
+
+import redis
+
+from app.settings import Settings
+from tests.conftest import REDIS_URL, Service, wait_for
+
+
+def loop_spec(steps: int, step_seconds: float, **extra: object) -> dict[str, object]:
+    return {"kind": "selftest", "steps": steps, "step_seconds": step_seconds, **extra}
+
+
+def step_of(service: Service, run_id: str) -> int:
+    return int((service.run(run_id)["card"] or {}).get("step") or 0)
+
+
+def read_json(path: Path) -> dict:  # type: ignore[type-arg]
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+def test_run_completes_with_real_manifests_and_summary(
+    service: Service, settings: Settings
+) -> None:
+    service.start_worker()
+    run = service.submit(loop_spec(12, 0.02))
+    done = service.wait_status(run["id"], "completed", "failed")
+    assert done["status"] == "completed", done
+    run_dir = settings.runs_dir / run["id"]
+    names = [s["name"] for s in done["stages"]]
+    assert names == ["prepare", "loop"]
+    for stage in done["stages"]:
+        manifest = read_json(run_dir / stage["name"] / "manifest.json")
+        assert manifest["status"] == "completed" and manifest["run_id"] == run["id"]
+        started = datetime.fromisoformat(manifest["started_at"])
+        finished = datetime.fromisoformat(manifest["completed_at"])
+        assert started < finished
+        for output in manifest["outputs"]:
+            data = (run_dir / output["path"]).read_bytes()
+            assert hashlib.sha256(data).hexdigest() == output["sha256"]
+        assert stage["manifest"] == manifest  # the Stage row and the file agree
+    loop = read_json(run_dir / "loop" / "manifest.json")
+    assert loop["counters"]["steps_run"] == 12
+    summary = read_json(run_dir / "summary.json")
+    assert summary["status"] == "completed"
+    assert summary["usage"]["wall_seconds"] > 0.2 and summary["usage"]["peak_rss_bytes"] > 10**6
+    assert done["usage"]["wall_seconds"] == summary["usage"]["wall_seconds"]
+    snapshot = read_json(run_dir / "progress.snapshot.json")
+    assert snapshot["percent_complete"] == 100.0 and snapshot["run_id"] == run["id"]
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    statuses = [e["data"]["status"] for e in events if e["type"] == "status"]
+    assert statuses == ["queued", "running", "completed"]
+    metrics = [e for e in events if e["type"] == "metric"]
+    assert [m["data"]["step"] for m in metrics] == list(range(1, 13))
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+
+
+def test_cancel_stops_a_running_loop_within_5s(service: Service, settings: Settings) -> None:
+    service.start_worker()
+    run = service.submit(loop_spec(400, 0.05))
+    wait_for(lambda: step_of(service, run["id"]) >= 3, timeout=30, what="the loop to run")
+    asked = time.monotonic()
+    response = service.http.post(f"/runs/{run['id']}/cancel")
+    assert response.status_code == 202
+    done = service.wait_status(run["id"], "cancelled", "completed", "failed", timeout=10)
+    took = time.monotonic() - asked
+    assert done["status"] == "cancelled" and took < 5.0, (done["status"], took)
+    loop = read_json(settings.runs_dir / run["id"] / "loop" / "manifest.json")
+    assert loop["status"] == "failed" and loop["error"]["class"] == "cancelled"
+    checkpoint = read_json(settings.runs_dir / run["id"] / "loop" / "checkpoint.json")
+    assert 3 <= checkpoint["step"] < 400
+
+
+def test_killed_worker_is_resumed_by_another_as_attempt_2(
+    service: Service, settings: Settings
+) -> None:
+    first = service.start_worker("worker-a")
+    run = service.submit(loop_spec(60, 0.05, checkpoint_every=5))
+    wait_for(lambda: step_of(service, run["id"]) >= 12, timeout=30, what="a dozen steps")
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    service.start_worker("worker-b")
+    done = service.wait_status(run["id"], "completed", "failed", timeout=60)
+    assert done["status"] == "completed", done
+    assert done["attempt"] == 2
+    assert [a["worker_id"] for a in done["attempts"]] == ["worker-a", "worker-b"]
+    assert [a["outcome"] for a in done["attempts"]] == ["interrupted", "completed"]
+    loop = read_json(settings.runs_dir / run["id"] / "loop" / "manifest.json")
+    resumed = loop["counters"]["resumed_from_step"]
+    assert resumed >= 10 and resumed % 5 == 0
+    assert loop["counters"]["steps_run"] == 60 - resumed  # nothing redone after the checkpoint
+
+
+def test_queued_run_lost_by_redis_is_enqueued_again(service: Service) -> None:
+    run = service.submit(loop_spec(3, 0.01))
+    redis.Redis.from_url(REDIS_URL).flushdb()  # Redis restarted empty: the job is gone
+    service.start_worker()
+    done = service.wait_status(run["id"], "completed", "failed", timeout=30)
+    assert done["status"] == "completed"
+
+
+def test_a_failing_stage_fails_the_run_with_its_reason(
+    service: Service, settings: Settings
+) -> None:
+    service.start_worker()
+    run = service.submit(loop_spec(10, 0.01, fail_at_step=4))
+    done = service.wait_status(run["id"], "completed", "failed")
+    assert done["status"] == "failed"
+    assert done["failure_class"] == "internal"
+    assert "fail at step 4" in done["failure_reason"]
+    loop = read_json(settings.runs_dir / run["id"] / "loop" / "manifest.json")
+    assert loop["status"] == "failed" and "fail at step 4" in loop["error"]["message"]
+    assert "Traceback" in loop["error"]["traceback"]
+    summary = read_json(settings.runs_dir / run["id"] / "summary.json")
+    assert summary["status"] == "failed" and summary["failure_class"] == "internal"
+
+
+def test_budget_stops_the_run_completed_by_budget(service: Service, settings: Settings) -> None:
+    service.start_worker()
+    run = service.submit(loop_spec(500, 0.02, budget={"max_seconds": 1.5}))
+    done = service.wait_status(run["id"], "completed", "failed", timeout=30)
+    assert done["status"] == "completed" and done["stopped_by"] == "budget"
+    summary = read_json(settings.runs_dir / run["id"] / "summary.json")
+    assert 0 <= summary["budget_overshoot_s"] < 1.0
+    loop = read_json(settings.runs_dir / run["id"] / "loop" / "manifest.json")
+    assert 0 < loop["counters"]["steps_run"] < 500
+
+
+def test_dry_run_train_writes_resolved_config_and_planned_manifests(
+    service: Service, settings: Settings
+) -> None:
+    data = settings.data_dir / "logs"
+    data.mkdir(parents=True)
+    (data / "rows.jsonl").write_text('{"state": "{}", "tools": ["a"], "action": "a"}\n')
+    service.start_worker()
+    spec = {
+        "kind": "train",
+        "dry_run": True,
+        "corpus": {"sources": [{"type": "jsonl", "name": "rows", "path": "logs/rows.jsonl"}]},
+    }
+    run = service.submit(spec)
+    done = service.wait_status(run["id"], "completed", "failed")
+    assert done["status"] == "completed", done
+    assert [(s["name"], s["status"]) for s in done["stages"]] == [
+        ("prepare_corpus", "planned"),
+        ("prepare_config", "planned"),
+        ("launch_trainer", "planned"),
+        ("evaluate", "planned"),
+    ]
+    resolved = read_json(settings.runs_dir / run["id"] / "trainer_config.resolved.json")
+    assert resolved["trainer"] == "trm" and resolved["trainer_config"]["n_recursions"] == 4
+    source = resolved["corpus"]["sources"][0]["path"]
+    assert source == str((settings.data_dir / "logs" / "rows.jsonl").resolve())
+
+
+def test_api_refuses_data_paths_outside_the_data_dir(service: Service) -> None:
+    spec = {
+        "kind": "train",
+        "dry_run": True,
+        "corpus": {"sources": [{"type": "jsonl", "name": "x", "path": "../../etc/passwd"}]},
+    }
+    response = service.http.post("/runs", json=spec)
+    assert response.status_code == 422
+    assert response.json()["error"]["details"][0]["field"] == "corpus.sources[0].path"
+
+
+def test_worker_shutdown_hands_the_run_to_the_next_worker(
+    service: Service, settings: Settings
+) -> None:
+    first = service.start_worker("worker-a")
+    run = service.submit(loop_spec(60, 0.05, checkpoint_every=1))
+    wait_for(lambda: step_of(service, run["id"]) >= 5, timeout=30, what="five steps")
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=20) == 0
+    middle = service.run(run["id"])
+    assert middle["status"] in ("interrupted", "queued")
+    service.start_worker("worker-b")
+    done = service.wait_status(run["id"], "completed", "failed", timeout=60)
+    assert done["status"] == "completed" and done["attempt"] == 2
+    loop = read_json(settings.runs_dir / run["id"] / "loop" / "manifest.json")
+    assert loop["counters"]["resumed_from_step"] >= 5

@@ -1,0 +1,71 @@
+"""The schema comes from alembic, on SQLite and Postgres; an un-migrated database is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+import pytest
+import sqlalchemy as sa
+
+from app.db import NotMigratedError, check_migrated, current_revision, head_revision, make_engine
+from app.db import upgrade as db_upgrade
+from app.main import create_app
+from app.settings import Settings
+from tests.conftest import ROOT
+
+
+def test_upgrade_creates_every_table(settings: Settings) -> None:
+    engine = make_engine(settings.database_url)
+    assert current_revision(engine) is None
+    db_upgrade(settings.database_url)
+    assert current_revision(engine) == head_revision()
+    tables = set(sa.inspect(engine).get_table_names())
+    assert {"runs", "stages", "events", "ledger_entries", "workers"} <= tables
+    check_migrated(engine)
+    engine.dispose()
+
+
+def test_unmigrated_database_is_refused_with_the_command_to_run(
+    settings: Settings, env: dict[str, str]
+) -> None:
+    with pytest.raises(NotMigratedError, match="run `trm db upgrade`"):
+        check_migrated(make_engine(settings.database_url))
+    for verb in (["serve", "--port", "1"], ["worker"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "app.cli", *verb],
+            env={**os.environ, **env},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert "trm db upgrade" in proc.stderr and "has no schema" in proc.stderr
+
+
+def test_app_lifespan_refuses_an_unmigrated_database(settings: Settings) -> None:
+    app = create_app(settings)
+
+    async def start() -> None:
+        async with app.router.lifespan_context(app):
+            pass
+
+    with pytest.raises(NotMigratedError):
+        asyncio.run(start())
+
+
+def test_trm_db_upgrade_command_migrates(env: dict[str, str], settings: Settings) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.cli", "db", "upgrade"],
+        env={**os.environ, **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"revision {head_revision()}" in proc.stdout
+    check_migrated(make_engine(settings.database_url))

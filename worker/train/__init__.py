@@ -1,0 +1,2 @@
+"""Trainers (SPEC §6): each one file you can read top to bottom, config in, artifacts out.
+The service plugs in through `TrainerCallbacks` (progress, stop requests, checkpoints)."""

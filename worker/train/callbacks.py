@@ -1,0 +1,56 @@
+"""The small object through which a trainer talks to the service (STYLE: no inheritance chains).
+
+A trainer calls `on_step` after every optimizer step, `should_stop()` at every step boundary
+(cancel, worker shutdown, or budget: save a checkpoint and return), `on_eval` after each eval,
+and `on_checkpoint` after saving. `StageCallbacks` feeds these into the run's card and events;
+tests and benchmarks can pass a plain `TrainerCallbacks()` that records nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from worker.context import StageContext
+
+
+@dataclass
+class TrainerCallbacks:
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    evals: list[dict[str, Any]] = field(default_factory=list)
+    stop_reason: str | None = None
+
+    def on_step(self, step: int, total: int | None, **metrics: Any) -> None:
+        self.steps.append({"step": step, "total": total, **metrics})
+
+    def on_eval(self, step: int, **metrics: Any) -> None:
+        self.evals.append({"step": step, **metrics})
+
+    def on_checkpoint(self, step: int, path: Path) -> None:
+        return None
+
+    def should_stop(self) -> str | None:
+        return self.stop_reason
+
+
+class StageCallbacks(TrainerCallbacks):
+    """Callbacks bound to a running stage: every step becomes a `metric` event and the card."""
+
+    def __init__(self, ctx: StageContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+
+    def on_step(self, step: int, total: int | None, **metrics: Any) -> None:
+        self.ctx.progress(step, total, **metrics)
+
+    def on_eval(self, step: int, **metrics: Any) -> None:
+        self.ctx.publisher.publish(
+            self.ctx.run_id, "metric", {"stage": self.ctx.stage, "step": step, "eval": metrics}
+        )
+
+    def on_checkpoint(self, step: int, path: Path) -> None:
+        self.ctx.log(f"checkpoint at step {step}", step=step, path=str(path))
+
+    def should_stop(self) -> str | None:
+        return self.ctx.should_stop()
