@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +64,6 @@ def prepare_corpus(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
 
 def resolved_config(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     manifest = ctx.run_dir / CORPUS_DIR / "manifest.json"
-    import json
-
     corpus_hash = json.loads(manifest.read_text()).get("corpus_hash") if manifest.exists() else None
     trainer = spec["trainer"]
     return {
@@ -83,12 +82,6 @@ def resolved_config(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def prepare_config(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
-    if spec["trainer"] == "qlora" and spec["corpus"].get("contract") not in (
-        None,
-        "action_only",
-        "json",
-    ):
-        raise StageFailure("bad_input", "corpus.contract: must be action_only or json for qlora")
     config = resolved_config(ctx, spec)
     path = ctx.run_dir / RESOLVED_CONFIG
     write_json_atomic(path, config)
