@@ -39,6 +39,7 @@ def _logging() -> None:
         level=os.environ.get("TRM_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 def _refuse_unmigrated() -> bool:

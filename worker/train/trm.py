@@ -128,7 +128,7 @@ class Tokenizer:
         return cls([PAD, UNK, *[t for t, _ in ranked]])
 
     def id(self, token: str) -> int:
-        return self.index.get(token, 1)
+        return max(self.index.get(token, 1), 1)  # a literal "<pad>" in the data is unknown
 
     def encode(self, state: str, tools: list[str]) -> dict[str, Any]:
         ls = leaves(state)
@@ -210,7 +210,8 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
             state, tools, action = row["state"], row["tools"], row["action"]
         except (ValueError, KeyError, TypeError):
             raise StageFailure(
-                "bad_input", f"{path.name} line {n}: not a corpus row with state, tools, action; "
+                "bad_input",
+                f"{path.name} line {n}: not a corpus row with state, tools, action; "
                 "rebuild the corpus (prepare_corpus) or fix the file",
             ) from None
         if not isinstance(tools, list) or action not in tools:
@@ -222,30 +223,29 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _pad(seq: list[Any], length: int, fill: Any) -> list[Any]:
+    return seq + [fill] * (length - len(seq))
+
+
 class Encoded:
     """One split as padded tensors; `batch(idx)` trims padding to the batch's longest row."""
 
     def __init__(self, tok: Tokenizer, rows: list[dict[str, Any]]):
         enc = [tok.encode(r["state"], r["tools"]) for r in rows]
-        n, lmax = len(rows), max(len(e["key"]) for e in enc)
+        lmax = max(len(e["key"]) for e in enc)
         cmax = max(len(e["cand"]) for e in enc)
-        self.path = torch.zeros(n, lmax, MAX_PATH, dtype=torch.long)
-        self.key = torch.zeros(n, lmax, dtype=torch.long)
-        self.value = torch.zeros(n, lmax, dtype=torch.long)
-        self.number = torch.zeros(n, lmax, 2)
-        self.cand = torch.zeros(n, cmax, MAX_PIECES, dtype=torch.long)
+        no_path, no_cand = [0] * MAX_PATH, [0] * MAX_PIECES
+        paths = [_pad([_pad(p, MAX_PATH, 0) for p in e["path"]], lmax, no_path) for e in enc]
+        self.path = torch.tensor(paths, dtype=torch.long)
+        # A key id 0 would read as padding: a leaf with an empty key gets <unk> instead.
+        self.key = torch.tensor([_pad([k or 1 for k in e["key"]], lmax, 0) for e in enc])
+        self.value = torch.tensor([_pad(e["value"], lmax, 0) for e in enc])
+        self.number = torch.tensor([_pad(e["number"], lmax, (0.0, 0.0)) for e in enc])
+        cands = [_pad([_pad(c, MAX_PIECES, 0) for c in e["cand"]], cmax, no_cand) for e in enc]
+        self.cand = torch.tensor(cands, dtype=torch.long)
         self.target = torch.tensor([r["tools"].index(r["action"]) for r in rows])
         self.leaves = torch.tensor([len(e["key"]) for e in enc])
         self.tokens = torch.tensor([len(e["key"]) + sum(map(len, e["cand"])) for e in enc])
-        for i, e in enumerate(enc):
-            for j, ids in enumerate(e["path"]):
-                self.path[i, j, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            k = len(e["key"])
-            self.key[i, :k] = torch.tensor(e["key"]).clamp(min=1)  # a key id 0 would mean padding
-            self.value[i, :k] = torch.tensor(e["value"])
-            self.number[i, :k] = torch.tensor(e["number"])
-            for j, ids in enumerate(e["cand"]):
-                self.cand[i, j, : len(ids)] = torch.tensor(ids)
         self.actions = [r["action"] for r in rows]
 
     def __len__(self) -> int:
@@ -298,7 +298,12 @@ def save_checkpoint(out_dir: Path, step: int, model, tok, meta, optimizer, extra
     final, tmp = root / f"step-{step}", root / f".step-{step}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     save_model(tmp, model, tok, meta)
-    state = {"step": step, "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(), **extra}
+    state = {
+        "step": step,
+        "optimizer": optimizer.state_dict(),
+        "rng": torch.get_rng_state(),
+        **extra,
+    }
     torch.save(state, tmp / STATE_FILE)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
@@ -324,16 +329,34 @@ def train(
     probe: bool = False,
     model_cache: Path | None = None,
 ) -> dict[str, Any]:
-    """Train on `corpus_dir/train.jsonl`, write `out_dir/{model.safetensors,config.json,vocab.json}`.
+    """Train on `corpus_dir/train.jsonl`; write model.safetensors, config.json, vocab.json.
 
     `seed` (the run's) drives init and data order; `contract` and `model_cache` are unused here
     (same signature as the other trainers). `probe` runs exactly one batch end to end.
     """
+    threads = torch.get_num_threads()
+    # A model this small runs several times faster on one CPU thread than on a busy many.
+    if not torch.cuda.is_available() and int(config.get("hidden") or 64) <= 256:
+        torch.set_num_threads(1)
+    try:
+        return _train(config, Path(corpus_dir), Path(out_dir), callbacks, seed=seed, probe=probe)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(
+    config: dict[str, Any],
+    corpus_dir: Path,
+    out_dir: Path,
+    callbacks: TrainerCallbacks,
+    *,
+    seed: int,
+    probe: bool,
+) -> dict[str, Any]:
     unknown = sorted(set(config) - set(DEFAULTS))
     if unknown:
         raise StageFailure("bad_input", f"trm config: unknown key {unknown[0]!r}")
     cfg = {**DEFAULTS, **{k: v for k, v in config.items() if v is not None or k == "max_steps"}}
-    corpus_dir, out_dir = Path(corpus_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     rows = read_rows(corpus_dir / "train.jsonl")
@@ -373,7 +396,9 @@ def train(
         warm = max(1, total // 20)
         if s < warm:
             return cfg["lr"] * (s + 1) / warm
-        return cfg["lr"] * (0.1 + 0.45 * (1 + math.cos(math.pi * (s - warm) / max(1, total - warm))))
+        return cfg["lr"] * (
+            0.1 + 0.45 * (1 + math.cos(math.pi * (s - warm) / max(1, total - warm)))
+        )
 
     def checkpoint(at: int) -> None:
         path = save_checkpoint(out_dir, at, model, tok, meta, optimizer, {"loss": last_loss})
@@ -388,7 +413,9 @@ def train(
         if (stopped_by := callbacks.should_stop()) is not None:
             break
         epoch, i = divmod(step, steps_per_epoch)
-        order = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed * 7919 + epoch))
+        order = torch.randperm(
+            len(data), generator=torch.Generator().manual_seed(seed * 7919 + epoch)
+        )
         idx = order[i * per_step : (i + 1) * per_step]
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
@@ -398,7 +425,7 @@ def train(
             b = data.batch(chunk, device)
             loss = deep_supervision_loss(model(b), b["target"]) / len(idx)
             loss.backward()
-            step_loss += float(loss)
+            step_loss += float(loss.detach())
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         step, last_loss = step + 1, step_loss
@@ -447,7 +474,9 @@ class TrmPolicy:
 
     @torch.no_grad()
     def scores_batch(self, states: list[str], tools: list[list[str]]) -> list[list[float]]:
-        rows = [{"state": s, "tools": t, "action": t[0]} for s, t in zip(states, tools, strict=True)]
+        rows = [
+            {"state": s, "tools": t, "action": t[0]} for s, t in zip(states, tools, strict=True)
+        ]
         data = Encoded(self.tokenizer, rows)
         final = self.model(data.batch(torch.arange(len(rows)), self.device))[-1].cpu()
         return [final[i, : len(t)].tolist() for i, t in enumerate(tools)]
@@ -461,7 +490,7 @@ class TrmPolicy:
 
 
 def load_trm(model_dir: Path, device: str | None = None) -> TrmPolicy:
-    """Load `model.safetensors` + `config.json` + `vocab.json` (a trainer/ folder or a checkpoint)."""
+    """Load model.safetensors + config.json + vocab.json (a trainer/ folder or a checkpoint)."""
     model_dir = Path(model_dir)
     meta = json.loads((model_dir / CONFIG_FILE).read_text())
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
