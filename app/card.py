@@ -110,7 +110,7 @@ def render_text(card: Card) -> str:
     if card.best_candidate:
         best += f"  (cand {card.best_candidate})"
     rows = [
-        f"phase   {_fit(card.phase or '-', 21)} {step}",
+        f"phase   {_fit(card.phase or card.status, 21)} {step}",
         f"data    {_fit(card.data_source or '-', 21)} RAM  {ram}  VRAM  {vram}",
         f"ETA     {_fit(eta_text(card.eta_s), 21)} {bar}",
         f"now     loss {_num(card.loss)}  anchor {_num(card.current_anchor)}"

@@ -39,6 +39,14 @@ class Ending:
     stopped_by: str | None = None
 
 
+def data_source(spec: dict[str, Any]) -> str | None:
+    """What the card's `data` line shows: the corpus sources, or the bench."""
+    sources = (spec.get("corpus") or {}).get("sources") or []
+    if sources:
+        return ",".join(str(s.get("name")) for s in sources)
+    return spec.get("bench")
+
+
 class _MovedOn(Exception):
     """The run left our lease before we could record its end; roll the transaction back."""
 
@@ -107,6 +115,7 @@ class Runner:
             worker=self.worker_id,
             trainer=run.spec.get("trainer"),
         )
+        base.setdefault("data_source", data_source(run.spec))
         return Card(**{k: v for k, v in base.items() if k in Card.model_fields})
 
     def _run_stages(self, run: Run, lease: Lease, usage: Usage) -> Ending:

@@ -1,0 +1,109 @@
+"""`trm demo`: the main job (the routerBench demo) on the embedded default.
+
+Starts the service like `trm up`, trains a `trm` controller on the routerBench route data (and,
+with `--qlora`, a SmolLM2 adapter), benches it against the untrained baseline on the fixed anchor
+worlds, prints the scorecard and the card, and leaves the service up for the dashboard.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from app.cli.runs import load_spec
+from app.cli.server import LocalStack, serve_until_stopped
+from app.client import ApiCallError, Client
+
+SPECS = Path(__file__).resolve().parents[2] / "specs"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="the routerBench demo: train, bench, print the scorecard")
+    p.add_argument("--qlora", action="store_true", help="also train a SmolLM2 QLoRA adapter")
+    p.add_argument("--exit", action="store_true", help="stop the service when done")
+    p.add_argument("--port", type=int, default=None)
+    p.set_defaults(func=cmd_demo)
+
+
+def follow(client: Client, run: dict[str, Any], label: str) -> dict[str, Any]:
+    """Print the card each time a stage changes and the final card; return the ended run."""
+    print(f"\n== {label}: run {run['id']}")
+    for event in client.events(run["id"]):
+        if event["type"] == "stage" and event["data"]["status"] in ("running", "failed"):
+            print(f"   stage {event['data']['stage']:16} {event['data']['status']}")
+    print(client.card_text(run["id"]), end="")
+    return client.run(run["id"])
+
+
+def submit(client: Client, spec: dict[str, Any], label: str) -> dict[str, Any] | None:
+    try:
+        run = client.submit(spec, idempotency_key=f"demo-{uuid.uuid4().hex}")
+    except ApiCallError as exc:
+        if exc.code == "not_implemented":
+            print(f"\n== {label}: not available in this version ({exc})")
+            return None
+        raise
+    return follow(client, run, label)
+
+
+def artifact(client: Client, run_id: str, path: str) -> dict[str, Any] | None:
+    response = client.http.get(f"/runs/{run_id}/artifacts/{path}")
+    return response.json() if response.status_code == 200 else None
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    stack = LocalStack(port=args.port)
+    try:
+        url = stack.start(quiet=True)
+    except RuntimeError as exc:
+        print(f"trm demo: {exc}", file=sys.stderr)
+        stack.stop()
+        return 1
+    print(f"trm demo: service on {url} (SQLite under ./var/, embedded Redis)")
+    client = Client(base_url=url)
+    code = 0
+    try:
+        code = run_demo(client, args)
+    except ApiCallError as exc:
+        print(f"trm demo: {exc}", file=sys.stderr)
+        code = 1
+    print(f"\ndashboard and API: {url}   (trm runs / trm show RUN / trm watch RUN)")
+    if args.exit:
+        stack.stop()
+        return code
+    print("Ctrl-C stops the service.")
+    return serve_until_stopped(stack) or code
+
+
+def run_demo(client: Client, args: argparse.Namespace) -> int:
+    trained = submit(client, load_spec(SPECS / "train-routerbench-trm.json"), "train trm")
+    if trained is None:
+        dry = submit(client, load_spec(SPECS / "train-routerbench-trm.dry.json"), "train dry run")
+        return 0 if dry and dry["status"] == "completed" else 1
+    if trained["status"] != "completed":
+        print(f"train run {trained['status']}: {trained.get('failure_reason')}")
+        return 1
+    routers = [trained["id"]]
+    if args.qlora:
+        adapter = submit(client, load_spec(SPECS / "train-routerbench-qlora.json"), "train qlora")
+        if adapter and adapter["status"] == "completed":
+            routers.append(adapter["id"])
+    code = 0
+    for router in routers:
+        spec = {"kind": "bench", "bench": "routerbench", "baseline": "none", "router": router}
+        bench = submit(client, spec, f"routerBench: {router} vs untrained")
+        if bench is None:
+            card = artifact(client, router, "scorecard.json")
+            if card:
+                print(json.dumps(card, indent=2))
+            continue
+        if bench["status"] != "completed":
+            code = 1
+        card = artifact(client, bench["id"], "scorecard.json")
+        if card:
+            print(json.dumps(card, indent=2))
+    return code
