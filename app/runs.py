@@ -108,11 +108,8 @@ def create_run(
     )
     try:
         with publisher.transaction() as tx:
-            tx.session.add(run)
-            tx.session.flush()
-            tx.emit(
-                run.id,
-                "status",
+            tx.add_run(
+                run,
                 {
                     "run_id": run.id,
                     "kind": run.kind,

@@ -20,9 +20,9 @@ class StageDef:
 
 KINDS: dict[str, tuple[StageDef, ...]] = {
     "train": (
-        StageDef("prepare_corpus", None),
-        StageDef("prepare_config", None),
-        StageDef("launch_trainer", None, in_child=True, weight=8),
+        StageDef("prepare_corpus", "worker.stages.train:prepare_corpus"),
+        StageDef("prepare_config", "worker.stages.train:prepare_config", weight=0.2),
+        StageDef("launch_trainer", "worker.train.stage:launch_trainer", in_child=True, weight=8),
         StageDef("evaluate", None, in_child=True, weight=2),
     ),
     "bench": (

@@ -28,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     serve = sub.add_parser("serve", help="the API alone")
     serve.add_argument("--host", default=None)
     serve.add_argument("--port", type=int, default=None)
+    serve.add_argument("--workers", type=int, default=1, help="API processes (uvicorn workers)")
     serve.set_defaults(func=cmd_serve)
     worker = sub.add_parser("worker", help="an arq worker")
     worker.add_argument("--queues", default="gpu,cpu", help="comma-separated: gpu, cpu")
@@ -63,6 +64,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         factory=True,
         host=args.host or settings.api_host,
         port=args.port or settings.api_port,
+        workers=args.workers,
         log_level="warning",
         access_log=False,
     )

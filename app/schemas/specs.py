@@ -7,44 +7,25 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import Field, TypeAdapter
 
-from app.schemas.corpus import CorpusSpec, Knobs
-
-
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Budget(StrictModel):
-    """Checked at step and candidate boundaries (SPEC §3.2a): a run may overshoot by one step."""
-
-    max_seconds: float | None = Field(default=None, gt=0)
-    max_tokens: int | None = Field(default=None, gt=0)
-    max_candidates: int | None = Field(default=None, gt=0)
-
-
-class Notify(StrictModel):
-    url: str
-
-
-class CommonSpec(StrictModel):
-    name: str | None = Field(default=None, max_length=200)
-    dry_run: bool = False
-    probe: bool = False
-    budget: Budget = Field(default_factory=Budget)
-    max_attempts: int | None = Field(default=None, ge=1, le=10)
-    notify: Notify | None = None
+from app.schemas.bench import BenchSpec
+from app.schemas.common import CommonSpec, StrictModel
+from app.schemas.corpus import CorpusSpec
+from app.schemas.hillclimb import HillclimbSpec
 
 
 class TrmTrainerConfig(StrictModel):
+    """The tiny recursive model (worker/train/trm.py). The run's `seed` drives it."""
+
     n_recursions: int = Field(default=4, ge=1, le=64)
     hidden: int = Field(default=64, ge=8, le=4096)
     epochs: int = Field(default=8, ge=1)
     max_steps: int | None = Field(default=None, ge=1)
     batch_size: int = Field(default=32, ge=1, le=4096)
+    grad_accum: int = Field(default=1, ge=1, le=1024)
     lr: float = Field(default=3e-3, gt=0, lt=1)
-    seed: int = 0
+    checkpoint_every: int = Field(default=100, ge=1)
 
 
 class QloraTrainerConfig(StrictModel):
@@ -73,38 +54,6 @@ class TrainSpec(CommonSpec):
     corpus: CorpusSpec
     trm: TrmTrainerConfig = Field(default_factory=TrmTrainerConfig)
     qlora: QloraTrainerConfig = Field(default_factory=QloraTrainerConfig)
-    seed: int = 0
-
-
-class BenchSpec(CommonSpec):
-    kind: Literal["bench"]
-    bench: str = Field(min_length=1, max_length=100)
-    baseline: str = "none"
-    router: str = "none"
-    repeats: int = Field(default=1, ge=1, le=100)
-
-
-class KnobRanges(StrictModel):
-    source_mix: list[dict[str, float]] = Field(default_factory=list)
-    heldout_breadth: list[int] = Field(default_factory=list)
-    state_compression: list[Literal["full", "keys", "minimal"]] = Field(default_factory=list)
-    negative_rate: list[float] = Field(default_factory=list)
-    recovery_rate: list[float] = Field(default_factory=list)
-    namespace_normalization: list[bool] = Field(default_factory=list)
-
-
-class HillclimbSpec(CommonSpec):
-    kind: Literal["hillclimb"]
-    base: dict[str, Any]
-    anchors: list[str] = Field(default_factory=list)
-    start_rung: int = Field(default=0, ge=0, le=5)
-    knobs: KnobRanges = Field(default_factory=KnobRanges)
-    start_knobs: Knobs = Field(default_factory=Knobs)
-    patience: int = Field(default=3, ge=1)
-    max_candidates: int = Field(default=12, ge=1)
-    parallelism: int = Field(default=1, ge=1, le=64)
-    noise_margin: float = Field(default=0.01, ge=0, le=1)
-    max_generalization_gap: float = Field(default=0.15, ge=0, le=1)
     seed: int = 0
 
 

@@ -97,3 +97,13 @@ def test_snapshot_has_the_skill_keys_plus_ours(tmp_path: Path) -> None:
     assert data["eta"] == "02:31" and data["percent_complete"] == 30.0
     assert data["card"]["trainer"] == "qlora" and data["text"] == render_text(full_card())
     assert snapshot(full_card())["progress_bar"] == progress_bar(30.0)
+
+
+def test_committed_json_schemas_match_the_models() -> None:
+    from app.cli.schemas import schema_files
+    from tests.conftest import ROOT
+
+    for name, text in schema_files().items():
+        assert (ROOT / "specs" / "schemas" / name).read_text() == text, (
+            f"run `trm schemas` ({name})"
+        )

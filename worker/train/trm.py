@@ -247,6 +247,7 @@ class Encoded:
         self.leaves = torch.tensor([len(e["key"]) for e in enc])
         self.tokens = torch.tensor([len(e["key"]) + sum(map(len, e["cand"])) for e in enc])
         self.actions = [r["action"] for r in rows]
+        self.rows = rows
 
     def __len__(self) -> int:
         return len(self.target)
@@ -298,13 +299,10 @@ def save_checkpoint(out_dir: Path, step: int, model, tok, meta, optimizer, extra
     final, tmp = root / f"step-{step}", root / f".step-{step}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     save_model(tmp, model, tok, meta)
-    state = {
-        "step": step,
-        "optimizer": optimizer.state_dict(),
-        "rng": torch.get_rng_state(),
-        **extra,
-    }
-    torch.save(state, tmp / STATE_FILE)
+    rng = torch.get_rng_state()
+    torch.save(
+        {"step": step, "optimizer": optimizer.state_dict(), "rng": rng, **extra}, tmp / STATE_FILE
+    )
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     for old in list_checkpoints(out_dir)[:-KEEP_CHECKPOINTS]:
@@ -383,13 +381,13 @@ def _train(
     torch.manual_seed(seed)
     model = TinyRecursiveModel(len(tok.tokens), cfg["hidden"], cfg["n_recursions"]).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.01)
-    step, last_loss, stopped_by = 0, float("nan"), None
+    step, last_loss, stopped_by = 0, None, None
     if resume:
         model.load_state_dict(load_file(resume / MODEL_FILE, device=str(device)))
         state = torch.load(resume / STATE_FILE, map_location=device, weights_only=True)
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"].cpu())
-        step, last_loss = int(state["step"]), float(state.get("loss", float("nan")))
+        step, last_loss = int(state["step"]), state.get("loss")
     resumed_from = step if resume else None
 
     def lr_at(s: int) -> float:  # linear warmup, cosine down to a tenth
@@ -413,9 +411,8 @@ def _train(
         if (stopped_by := callbacks.should_stop()) is not None:
             break
         epoch, i = divmod(step, steps_per_epoch)
-        order = torch.randperm(
-            len(data), generator=torch.Generator().manual_seed(seed * 7919 + epoch)
-        )
+        shuffle = torch.Generator().manual_seed(seed * 7919 + epoch)
+        order = torch.randperm(len(data), generator=shuffle)
         idx = order[i * per_step : (i + 1) * per_step]
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
@@ -474,12 +471,17 @@ class TrmPolicy:
 
     @torch.no_grad()
     def scores_batch(self, states: list[str], tools: list[list[str]]) -> list[list[float]]:
+        if any(not t for t in tools):
+            raise ValueError("every row needs at least one candidate")
         rows = [
             {"state": s, "tools": t, "action": t[0]} for s, t in zip(states, tools, strict=True)
         ]
-        data = Encoded(self.tokenizer, rows)
-        final = self.model(data.batch(torch.arange(len(rows)), self.device))[-1].cpu()
-        return [final[i, : len(t)].tolist() for i, t in enumerate(tools)]
+        out: list[list[float]] = []
+        for start in range(0, len(rows), 256):
+            data = Encoded(self.tokenizer, rows[start : start + 256])
+            final = self.model(data.batch(torch.arange(len(data)), self.device))[-1].cpu()
+            out.extend(final[i, : len(r["tools"])].tolist() for i, r in enumerate(data.rows))
+        return out
 
     def scores(self, state: str, tools: list[str]) -> list[float]:
         return self.scores_batch([state], [tools])[0]

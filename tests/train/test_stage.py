@@ -1,0 +1,161 @@
+"""The `launch_trainer` stage: it runs the resolved trainer, records usage, inputs and outputs,
+retries an out-of-memory once at half the micro-batch, and names what went wrong."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from app.card import Card
+from app.settings import Settings
+from worker.context import StageContext, StageFailure
+from worker.train import trm
+from worker.train.stage import launch_trainer
+
+
+class Events:
+    """Stands in for the database-backed publisher: keeps what the stage published."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def publish(self, run_id: str, type_: str, data: dict[str, Any]) -> None:
+        self.events.append((type_, data))
+
+    def steps(self) -> list[int]:
+        return [d["step"] for t, d in self.events if t == "metric" and "loss" in d]
+
+
+def make_ctx(
+    tmp_path: Path,
+    corpus_dir: Path,
+    config: dict[str, Any],
+    *,
+    probe: bool = False,
+    budget: dict[str, Any] | None = None,
+) -> StageContext:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    resolved = {
+        "run_id": "r1", "trainer": "trm", "config": config, "contract": "action_only",
+        "corpus_dir": str(corpus_dir), "corpus_hash": None,
+        "output_dir": str(run_dir / "trainer"), "seed": 0, "probe": probe,
+        "budget": budget or {}, "model_cache": str(tmp_path / "models"),
+    }  # fmt: skip
+    (run_dir / "trainer_config.resolved.json").write_text(json.dumps(resolved))
+    return StageContext(
+        run_id="r1",
+        kind="train",
+        stage="launch_trainer",
+        attempt=1,
+        run_dir=run_dir,
+        settings=Settings(runs_dir=tmp_path, model_cache=tmp_path / "models"),
+        publisher=Events(),  # type: ignore[arg-type]
+        card=Card(run_id="r1", kind="train"),
+        spec={},
+    )
+
+
+def test_probe_trains_exactly_one_batch_end_to_end(tmp_path: Path, route_corpus: Path) -> None:
+    ctx = make_ctx(tmp_path, route_corpus, {"batch_size": 16}, probe=True)
+    result = launch_trainer(ctx, {})
+    assert result["steps"] == 1 and result["rows_trained"] == 16
+    assert ctx.publisher.steps() == [1]  # type: ignore[attr-defined]
+    assert ctx.counters["steps"] == 1 and ctx.counters["rows_trained"] == 16
+    assert ctx.counters["tokens_trained"] == result["tokens_trained"] > 16
+    assert ctx.counters["device"] == "cpu" and "peak_vram_bytes" not in ctx.counters
+    assert ctx.counters["oom_retries"] == 0
+    trainer = ctx.run_dir / "trainer"
+    assert trainer / "model.safetensors" in ctx.outputs and trainer / "vocab.json" in ctx.outputs
+    assert route_corpus / "train.jsonl" in ctx.inputs
+    assert not (trainer / "checkpoints").exists()  # a probe leaves nothing to resume from
+    json.dumps(result)
+    assert trm.load_trm(trainer).act('{"x": 1}', ["a", "b"]) in ("a", "b")
+
+
+# A real out-of-memory cannot be produced on this CPU-only machine: the trainer is wrapped to
+# raise the errors PyTorch and Python raise when memory runs out, then train for real.
+OOMS = [
+    lambda: torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+    lambda: RuntimeError("CUDA error: out of memory"),
+    lambda: MemoryError(),
+]
+
+
+def oom_first(monkeypatch: pytest.MonkeyPatch, make_error, times: int = 1) -> list[dict]:
+    calls: list[dict] = []
+    real = trm.train
+
+    def flaky(config: dict[str, Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        calls.append(dict(config))
+        if len(calls) <= times:
+            raise make_error()
+        return real(config, *args, **kwargs)
+
+    monkeypatch.setattr(trm, "train", flaky)
+    return calls
+
+
+@pytest.mark.parametrize("make_error", OOMS, ids=["cuda_oom", "runtime_oom", "memory_error"])
+def test_out_of_memory_retries_once_at_half_the_batch_and_twice_the_accumulation(
+    tmp_path: Path, route_corpus: Path, monkeypatch: pytest.MonkeyPatch, make_error
+) -> None:
+    calls = oom_first(monkeypatch, make_error)
+    ctx = make_ctx(tmp_path, route_corpus, {"batch_size": 32, "max_steps": 2, "hidden": 16})
+    result = launch_trainer(ctx, {})
+    assert [(c["batch_size"], c["grad_accum"]) for c in calls] == [(32, 1), (16, 2)]
+    assert result["steps"] == 2 and result["rows_trained"] == 2 * 32  # same effective batch
+    assert (result["micro_batch"], result["grad_accum"]) == (16, 2)
+    assert ctx.counters["oom_retries"] == 1
+    assert (ctx.counters["micro_batch"], ctx.counters["grad_accum"]) == (16, 2)
+    assert any("out of memory" in n and "batch_size=16" in n for n in ctx.notes)
+
+
+def test_a_second_out_of_memory_fails_with_class_oom_and_what_to_change(
+    tmp_path: Path, route_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = oom_first(monkeypatch, OOMS[0], times=2)
+    ctx = make_ctx(tmp_path, route_corpus, {"batch_size": 8})
+    with pytest.raises(StageFailure) as failure:
+        launch_trainer(ctx, {})
+    assert failure.value.failure_class == "oom" and len(calls) == 2
+    assert "batch_size=4" in failure.value.reason and "trm.batch_size" in failure.value.reason
+
+
+def test_other_errors_are_not_retried(
+    tmp_path: Path, route_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = oom_first(monkeypatch, lambda: ValueError("a bug"), times=5)
+    with pytest.raises(ValueError, match="a bug"):
+        launch_trainer(make_ctx(tmp_path, route_corpus, {}), {})
+    assert len(calls) == 1
+
+
+def test_an_empty_corpus_is_bad_input_saying_where_to_look(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "train.jsonl").write_text("")
+    with pytest.raises(StageFailure) as failure:
+        launch_trainer(make_ctx(tmp_path, corpus, {}), {})
+    assert failure.value.failure_class == "bad_input"
+    assert "no rows" in failure.value.reason and "manifest.json" in failure.value.reason
+
+
+def test_a_missing_corpus_is_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(StageFailure) as failure:
+        launch_trainer(make_ctx(tmp_path, tmp_path / "nowhere", {}), {})
+    assert failure.value.failure_class == "bad_input" and "train.jsonl" in failure.value.reason
+
+
+def test_token_budget_stops_training_and_keeps_a_checkpoint(
+    tmp_path: Path, route_corpus: Path
+) -> None:
+    ctx = make_ctx(tmp_path, route_corpus, {"hidden": 16}, budget={"max_tokens": 1})
+    result = launch_trainer(ctx, {})
+    assert result["stopped_by"] == "budget" and result["steps"] == 1
+    assert (ctx.run_dir / "trainer" / "checkpoints" / "step-1").is_dir()
+    assert any("stopped by budget" in n for n in ctx.notes)
