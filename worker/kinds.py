@@ -31,6 +31,7 @@ KINDS: dict[str, tuple[StageDef, ...]] = {
     ),
     "hillclimb": (
         StageDef("plan", None),
+        StageDef("search", None, weight=20),  # the coordinator: child train runs per candidate
         StageDef("finalize", None, after_budget=True),
     ),
     "selftest": (
