@@ -141,7 +141,9 @@ def test_dry_run_train_writes_resolved_config_and_planned_manifests(
 ) -> None:
     data = settings.data_dir / "logs"
     data.mkdir(parents=True)
-    (data / "rows.jsonl").write_text('{"state": "{}", "tools": ["a"], "action": "a"}\n')
+    rows = [{"state": {"x": i}, "tools": ["a", "b"], "action": "ab"[i % 2]} for i in range(6)]
+    lines = [json.dumps(r) for r in rows] + ["not json", json.dumps(rows[0])]
+    (data / "rows.jsonl").write_text("\n".join(lines) + "\n")
     service.start_worker()
     spec = {
         "kind": "train",
@@ -161,6 +163,15 @@ def test_dry_run_train_writes_resolved_config_and_planned_manifests(
     assert resolved["trainer"] == "trm" and resolved["trainer_config"]["n_recursions"] == 4
     source = resolved["corpus"]["sources"][0]["path"]
     assert source == str((settings.data_dir / "logs" / "rows.jsonl").resolve())
+    plan = read_json(settings.runs_dir / run["id"] / "corpus.plan.json")
+    source_counts = plan["sources"][0]
+    assert (source_counts["rows_read"], source_counts["rows_kept"]) == (8, 6)
+    assert source_counts["invalid"]["bad_json"]["first_lines"] == [
+        {"file": "rows.jsonl", "lines": [7]}
+    ]
+    assert source_counts["duplicates"] == 1
+    assert "would read 8 rows: keep 6" in done["stages"][0]["manifest"]["notes"][0]
+    assert not (settings.runs_dir / run["id"] / "corpus" / "train.jsonl").exists()
 
 
 def test_api_refuses_data_paths_outside_the_data_dir(service: Service) -> None:
