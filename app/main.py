@@ -20,7 +20,7 @@ from app.events import Publisher
 from app.live import LiveHub
 from app.queue import create_arq_pool
 from app.redisconn import sync_redis
-from app.routes import artifacts, events, health, runs
+from app.routes import artifacts, benches, events, health, runs
 from app.schemas.specs import RUN_SPEC
 from app.settings import Settings, get_settings
 
@@ -103,7 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="TRM trainer service", version=__version__, lifespan=lifespan)
     errors.install(app)
     auth = [Depends(require_token)]
-    for module in (runs, events, artifacts):
+    for module in (runs, events, artifacts, benches):
         app.include_router(module.router, dependencies=auth)
     app.include_router(health.router)
 

@@ -57,6 +57,8 @@ def spec_path_fields(spec: dict[str, Any]) -> list[tuple[str, list[Any], Any]]:
         for i, source in enumerate(corpus["sources"]):
             if isinstance(source, dict) and isinstance(source.get("path"), str):
                 found.append((f"corpus.sources[{i}].path", source, "path"))  # type: ignore[arg-type]
+    if isinstance(spec.get("results_jsonl"), str):
+        found.append(("results_jsonl", spec, "results_jsonl"))  # type: ignore[arg-type]
     base = spec.get("base")
     if isinstance(base, dict):
         for name, container, key in spec_path_fields(base):

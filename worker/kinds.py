@@ -23,11 +23,11 @@ KINDS: dict[str, tuple[StageDef, ...]] = {
         StageDef("prepare_corpus", "worker.stages.train:prepare_corpus"),
         StageDef("prepare_config", "worker.stages.train:prepare_config", weight=0.2),
         StageDef("launch_trainer", "worker.train.stage:launch_trainer", in_child=True, weight=8),
-        StageDef("evaluate", None, in_child=True, weight=2),
+        StageDef("evaluate", "worker.evaluate.stage:evaluate", in_child=True, weight=2),
     ),
     "bench": (
-        StageDef("resolve", None),
-        StageDef("evaluate", None, in_child=True, weight=8),
+        StageDef("resolve", "worker.evaluate.bench:resolve"),
+        StageDef("evaluate", "worker.evaluate.bench:evaluate", in_child=True, weight=8),
     ),
     "hillclimb": (
         StageDef("plan", None),
@@ -43,6 +43,7 @@ KINDS: dict[str, tuple[StageDef, ...]] = {
 # Dry runs resolve and validate without training (SPEC §3.2): "module:function" per kind.
 PLANNERS: dict[str, str] = {
     "train": "worker.stages.dryrun:plan_train",
+    "bench": "worker.evaluate.bench:plan",
     "selftest": "worker.stages.dryrun:plan_generic",
 }
 

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 
 import httpx
 
-from app.cli import corpus, db, demo, envs, importspec, runs, schemas, server
+from app.cli import bench, corpus, db, demo, envs, importspec, runs, schemas, server
 
-VERB_MODULES = (server, db, runs, demo, corpus, envs, importspec, schemas)
+VERB_MODULES = (server, db, runs, demo, bench, corpus, envs, importspec, schemas)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -49,8 +49,36 @@ def _corpus_validate(data: dict[str, Any]) -> Any:
     return CorpusSpec.model_validate(data)
 
 
+def _run_spec_validate(data: dict[str, Any]) -> Any:
+    from app.schemas.specs import RUN_SPEC
+
+    return RUN_SPEC.validate_python(data)
+
+
+def _search_detectors() -> list[Detector]:
+    from worker.hillclimb import upstream
+
+    return [
+        Detector(
+            "routerBench spec",
+            upstream.looks_like_skill_routerbench_spec,
+            upstream.translate_routerbench_spec,
+            "RunSpec",
+            _run_spec_validate,
+        ),
+        Detector(
+            "hill-climb spec",
+            upstream.looks_like_skill_search_spec,
+            upstream.translate_search_spec,
+            "HillclimbSpec",
+            _run_spec_validate,
+        ),
+    ]
+
+
 DETECTORS: list[Detector] = [
     Detector("corpus spec", _corpus_matches, _corpus_translate, "CorpusSpec", _corpus_validate),
+    *_search_detectors(),
 ]
 
 

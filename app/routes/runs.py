@@ -14,6 +14,7 @@ from sqlmodel import Session
 from app import runs as run_ops
 from app.deps import AppState, session, state
 from app.errors import ApiError
+from app.models import Run
 from app.queue import enqueue
 from app.schemas.runs import ErrorOut, LedgerOut, RunList, RunOut
 
@@ -45,6 +46,30 @@ def parse_json(raw: bytes) -> Any:
         raise ApiError(400, "bad_json", "body is not valid UTF-8 JSON") from None
 
 
+async def accept_run(
+    app: AppState, body: Any, idempotency_key: str | None, parent_id: str | None = None
+) -> tuple[Run, bool]:
+    """Record the run (validated, idempotent) and put it on its queue: the one way runs arrive."""
+    run, created = await run_in_threadpool(
+        run_ops.create_run, app.publisher, app.settings, body, idempotency_key, parent_id
+    )
+    if created and app.pool is not None:
+        try:
+            await enqueue(app.pool, app.settings, run.id, run.attempt, run.queue)
+        except Exception as exc:  # Redis down: the run is recorded; the reconciler enqueues it
+            log.warning("enqueue of %s deferred: %s", run.id, exc)
+    return run, created
+
+
+def accepted(run: Run, created: bool, extra: dict[str, Any] | None = None) -> JSONResponse:
+    """202 with the run, its Location, and whether an Idempotency-Key replayed it."""
+    headers = {"Location": f"/runs/{run.id}"}
+    if not created:
+        headers["Idempotent-Replayed"] = "true"
+    body = RunOut.of(run).model_dump(mode="json") | (extra or {})
+    return JSONResponse(body, status_code=202, headers=headers)
+
+
 @router.post(
     "/runs",
     status_code=202,
@@ -67,18 +92,7 @@ async def submit_run(
             "use `trm import-spec FILE` to translate one",
         )
     body = parse_json(await request.body())
-    run, created = await run_in_threadpool(
-        run_ops.create_run, app.publisher, app.settings, body, idempotency_key
-    )
-    if created and app.pool is not None:
-        try:
-            await enqueue(app.pool, app.settings, run.id, run.attempt, run.queue)
-        except Exception as exc:  # Redis down: the run is recorded; the reconciler enqueues it
-            log.warning("enqueue of %s deferred: %s", run.id, exc)
-    headers = {"Location": f"/runs/{run.id}"}
-    if not created:
-        headers["Idempotent-Replayed"] = "true"
-    return JSONResponse(RunOut.of(run).model_dump(mode="json"), status_code=202, headers=headers)
+    return accepted(*await accept_run(app, body, idempotency_key))
 
 
 @router.get("/runs", response_model=RunList)

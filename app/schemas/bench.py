@@ -1,4 +1,9 @@
-"""The `bench` run spec (SPEC §7). Owned by the evaluation issue."""
+"""The `bench` run spec (SPEC §7). Owned by the evaluation issue.
+
+`baseline` and `router` each name `none`, a train run id, `<hill-climb run id>:root|final`, or an
+artifact path under the runs or data directory (worker/evaluate/resolve.py). Unset fields take the
+bench's `defaults` from `specs/benches/<bench>.json`.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,13 @@ from app.schemas.common import CommonSpec
 
 class BenchSpec(CommonSpec):
     kind: Literal["bench"]
-    bench: str = Field(min_length=1, max_length=100)
-    baseline: str = "none"
-    router: str = "none"
-    repeats: int = Field(default=1, ge=1, le=100)
+    bench: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$")
+    baseline: str | None = Field(default=None, min_length=1, max_length=500)
+    router: str | None = Field(default=None, min_length=1, max_length=500)
+    repeats: int | None = Field(default=None, ge=1, le=100)
+    # `none` means an untrained trm (trm) or the bare base model (qlora).
+    trainer: Literal["trm", "qlora"] | None = None
+    episodes: int | None = Field(default=None, ge=1, le=1000)
+    # A local JSONL export of a verifiers environment's results (normalized rows), under DATA_DIR.
+    results_jsonl: str | None = None
+    seed: int = 0

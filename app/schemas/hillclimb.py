@@ -1,22 +1,75 @@
-"""The `hillclimb` run spec (SPEC §8). Owned by the hill-climb issue."""
+"""The `hillclimb` run spec (SPEC §8): a base `train` spec, the ladder, the knobs and the keep rule.
+
+`base` is a full `train` spec (its `kind` may be left out). It is validated as one here, lazily,
+because `app/schemas/specs.py` defines TrainSpec and imports this module; the validated, filled-in
+train spec is what the search stores and mutates. The anchors are the base corpus' anchors
+(`anchors` here sets them when the base names none); they never change during a search.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from app.schemas.common import CommonSpec, StrictModel
-from app.schemas.corpus import Knobs
+
+RUNG_NAMES = (
+    "in_domain",
+    "light_generalization",
+    "cross_run",
+    "cross_env_family",
+    "broad_generalization",
+    "hardest_setting",
+)
+Compression = Literal["full", "keys", "minimal"]
 
 
 class KnobRanges(StrictModel):
+    """The values each data knob (SPEC §4) may take; a knob with fewer than two is not turned.
+
+    `heldout_breadth` and `state_compression` start where the rung puts them; a range here lets a
+    candidate also move them one step from there.
+    """
+
     source_mix: list[dict[str, float]] = Field(default_factory=list)
     heldout_breadth: list[int] = Field(default_factory=list)
-    state_compression: list[Literal["full", "keys", "minimal"]] = Field(default_factory=list)
-    negative_rate: list[float] = Field(default_factory=list)
-    recovery_rate: list[float] = Field(default_factory=list)
-    namespace_normalization: list[bool] = Field(default_factory=list)
+    state_compression: list[Compression] = Field(default_factory=list)
+    negative_rate: list[float | None] = Field(default_factory=lambda: [None, 0.1, 0.25, 0.5])
+    recovery_rate: list[float | None] = Field(default_factory=lambda: [None, 0.1, 0.2, 0.3])
+    namespace_normalization: list[bool] = Field(default_factory=lambda: [False, True])
+
+    @field_validator("heldout_breadth")
+    @classmethod
+    def _breadth_not_negative(cls, value: list[int]) -> list[int]:
+        if any(v < 0 for v in value):
+            raise ValueError("heldout_breadth values must be >= 0")
+        return value
+
+
+class TrainerKnobRanges(StrictModel):
+    """Trainer settings the search may also turn. Off (empty) by default: a generalization search
+    should move the data, not drift into hyperparameter tuning."""
+
+    n_recursions: list[int] = Field(default_factory=list)
+    hidden: list[int] = Field(default_factory=list)
+    epochs: list[int] = Field(default_factory=list)
+    lr: list[float] = Field(default_factory=list)
+    batch_size: list[int] = Field(default_factory=list)
+    r: list[int] = Field(default_factory=list)
+    alpha: list[int] = Field(default_factory=list)
+
+
+class Rung(StrictModel):
+    """What one rung of the generalization ladder does to the data."""
+
+    name: str
+    # The split level; None keeps the base corpus' `split.by`.
+    split_by: Literal["env", "run", "episode", "row"] | None = None
+    heldout_breadth: int = Field(ge=0)
+    state_compression: Compression
+    # True forces shared action tags from this rung up; False leaves the knob to the search.
+    namespace_normalization: bool = False
 
 
 class HillclimbSpec(CommonSpec):
@@ -24,11 +77,59 @@ class HillclimbSpec(CommonSpec):
     base: dict[str, Any]
     anchors: list[str] = Field(default_factory=list)
     start_rung: int = Field(default=0, ge=0, le=5)
+    # Six rungs replacing the default ladder (worker/hillclimb/ladder.py), rung 0 first.
+    ladder: list[Rung] | None = Field(default=None, min_length=6, max_length=6)
     knobs: KnobRanges = Field(default_factory=KnobRanges)
-    start_knobs: Knobs = Field(default_factory=Knobs)
+    trainer_knobs: TrainerKnobRanges = Field(default_factory=TrainerKnobRanges)
     patience: int = Field(default=3, ge=1)
     max_candidates: int = Field(default=12, ge=1)
     parallelism: int = Field(default=1, ge=1, le=64)
     noise_margin: float = Field(default=0.01, ge=0, le=1)
     max_generalization_gap: float = Field(default=0.15, ge=0, le=1)
     seed: int = 0
+
+    @field_validator("base", mode="before")
+    @classmethod
+    def _base_is_a_train_spec(cls, value: Any) -> dict[str, Any]:
+        from app.schemas.specs import TrainSpec
+
+        if not isinstance(value, dict):
+            raise ValueError("base must be a train spec (an object)")
+        kind = value.get("kind", "train")
+        if kind != "train":
+            raise ValueError(f"base.kind must be 'train' (got {kind!r})")
+        try:
+            spec = TrainSpec.model_validate({**value, "kind": "train"})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+            raise ValueError(f"base.{where}: {first['msg']}{more}") from None
+        if spec.dry_run:
+            raise ValueError("base.dry_run: set dry_run on the hillclimb spec, not on its base")
+        return spec.model_dump(mode="json")
+
+    @model_validator(mode="after")
+    def _anchors_fixed(self) -> HillclimbSpec:
+        split = self.base["corpus"]["split"]
+        if self.anchors and split["anchor"] and sorted(self.anchors) != sorted(split["anchor"]):
+            raise ValueError(
+                "anchors differ from base.corpus.split.anchor; name the anchors in one place"
+            )
+        if self.anchors:
+            split["anchor"] = list(self.anchors)
+        else:
+            self.anchors = list(split["anchor"])
+        if not self.anchors:
+            raise ValueError(
+                "anchors: a search needs fixed anchor groups (anchors, or "
+                "base.corpus.split.anchor): candidates are compared on them"
+            )
+        sources = {s["name"] for s in self.base["corpus"]["sources"]}
+        for index, mix in enumerate(self.knobs.source_mix):
+            if set(mix) != sources:
+                raise ValueError(
+                    f"knobs.source_mix[{index}] must weigh exactly the base sources "
+                    f"({', '.join(sorted(sources))})"
+                )
+        return self

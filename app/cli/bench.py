@@ -1,0 +1,48 @@
+"""`trm bench NAME [--dry-run] [--router RUN] [--baseline none|RUN] [--repeats N] [--watch]`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from app.cli.runs import _fail, _watch
+from app.client import ApiCallError, Client
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="run a bench from the menu (specs/benches)")
+    p.add_argument("name", help="routerbench, primehub-envs, primehub-baseline, ...")
+    p.add_argument("--dry-run", action="store_true", help="resolve and print the config only")
+    p.add_argument("--router", help="none, a run id, RUN:root|final, or an artifact path")
+    p.add_argument("--baseline", help="none, a run id, RUN:root|final, or an artifact path")
+    p.add_argument("--repeats", type=int)
+    p.add_argument("--results-jsonl", help="a verifiers results export under DATA_DIR")
+    p.add_argument("--watch", action="store_true", help="then follow its card until it ends")
+    p.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    client = Client()
+    body: dict[str, Any] = {
+        k: v
+        for k, v in (
+            ("router", args.router),
+            ("baseline", args.baseline),
+            ("repeats", args.repeats),
+            ("results_jsonl", args.results_jsonl),
+        )
+        if v is not None
+    }
+    params = {"dry_run": "true"} if args.dry_run else {}
+    try:
+        run = client._json(client.http.post(f"/benches/{args.name}", json=body, params=params))
+    except (ApiCallError, OSError) as exc:
+        return _fail(exc)
+    if args.dry_run:
+        print(json.dumps(run.get("resolved"), indent=2))
+        print(f"{run['id']}  bench  {run['status']}  (dry run)", file=sys.stderr)
+        return 0
+    print(f"{run['id']}  bench  {run['status']}")
+    return _watch(client, run["id"]) if args.watch else 0

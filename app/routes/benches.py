@@ -1,0 +1,67 @@
+"""/benches: the bench menu and starting a bench run (SPEC §7, §10).
+
+`POST /benches/{name}` takes an optional JSON body of BenchSpec fields (`baseline`, `router`,
+`repeats`, ...) and queues a `bench` run exactly as `POST /runs` does. With `?dry_run=true` the
+run is a dry run (the worker writes bench.resolved.json and planned manifests) and the response
+also carries the resolved config, computed here from the menu and the runs directory.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import JSONResponse
+
+from app.deps import AppState, state
+from app.errors import ApiError
+from app.routes.runs import accept_run, accepted, parse_json
+from app.schemas.runs import ErrorOut
+from worker.evaluate.menu import bench_names, menu  # light: json only
+from worker.evaluate.resolve import ResolveError, resolve_bench
+
+log = logging.getLogger("trm.api")
+router = APIRouter(
+    tags=["benches"],
+    responses={401: {"model": ErrorOut}, 404: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+)
+
+
+@router.get("/benches")
+def list_benches() -> dict[str, Any]:
+    return {"benches": menu()}
+
+
+@router.post("/benches/{name}", status_code=202, responses={409: {"model": ErrorOut}})
+async def start_bench(
+    name: str,
+    request: Request,
+    app: Annotated[AppState, Depends(state)],
+    dry_run: Annotated[bool, Query()] = False,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> JSONResponse:
+    """Queue a bench run with the bench's defaults (overridable in the body)."""
+    if name not in bench_names():
+        raise ApiError(
+            404, "not_found", f"no bench {name!r}; known: {', '.join(bench_names())}",
+            {"known": bench_names()},
+        )  # fmt: skip
+    raw = await request.body()
+    overrides = parse_json(raw) if raw.strip() else {}
+    if not isinstance(overrides, dict):
+        raise ApiError(422, "validation_error", "body: must be a JSON object of bench fields")
+    body = {**overrides, "kind": "bench", "bench": name}
+    if dry_run:
+        body["dry_run"] = True
+    resolved = None
+    if body.get("dry_run"):
+        settings = app.settings
+        try:
+            resolved = resolve_bench(
+                body, settings.runs_dir, settings.data_dir, settings.model_cache
+            )
+        except ResolveError as exc:
+            raise ApiError(422, exc.failure_class, exc.reason) from None
+    run, created = await accept_run(app, body, idempotency_key)
+    return accepted(run, created, {"resolved": resolved} if resolved is not None else None)

@@ -1,0 +1,76 @@
+"""The bench kind's stages, called directly with a stand-in publisher: resolve, evaluate, cache,
+and the errors a user sees."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.card import Card
+from app.settings import Settings
+from worker.context import StageContext, StageFailure
+from worker.evaluate import bench
+
+
+class Events:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def publish(self, run_id: str, type_: str, data: dict[str, Any]) -> None:
+        self.events.append((type_, data))
+
+
+def ctx_for(root: Path, run_id: str, stage: str) -> StageContext:
+    settings = Settings(runs_dir=root / "runs", data_dir=root / "data", model_cache=root / "models")
+    run_dir = settings.runs_dir / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return StageContext(
+        run_id=run_id, kind="bench", stage=stage, attempt=1, run_dir=run_dir, settings=settings,
+        publisher=Events(), card=Card(run_id=run_id, kind="bench"), spec={},  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def run_bench(root: Path, run_id: str, spec: dict[str, Any]) -> tuple[dict, StageContext]:
+    bench.resolve(ctx_for(root, run_id, "resolve"), spec)
+    ctx = ctx_for(root, run_id, "evaluate")
+    return bench.evaluate(ctx, spec), ctx
+
+
+SPEC = {"kind": "bench", "bench": "routerbench", "baseline": "none", "router": "none"}
+
+
+def test_a_second_identical_bench_does_no_forward_passes(tmp_path):
+    first, ctx1 = run_bench(tmp_path, "b1", SPEC)
+    card = json.loads((ctx1.run_dir / "scorecard.json").read_text())
+    assert card["router"]["n"]["anchor"] > 100
+    assert card["delta"]["anchor_score"]["value"] == 0.0  # the same untrained model on both sides
+    assert ctx1.counters["forward_passes"] > 0
+    resolved = json.loads((ctx1.run_dir / "bench.resolved.json").read_text())
+    assert resolved["split"]["anchor"] == ["route-s1000-w8", "route-s1000-w9"]
+    second, ctx2 = run_bench(tmp_path, "b2", SPEC)
+    assert ctx2.counters["forward_passes"] == 0
+    assert ctx2.counters["examples_cached"] == ctx2.counters["examples_scored"]
+    assert second == first
+    samples = (ctx2.run_dir / "samples.jsonl").read_text().splitlines()
+    assert {"example_hash", "candidates", "scores", "pick", "correct"} <= set(
+        json.loads(samples[0])
+    )
+
+
+def test_a_bench_with_a_missing_data_file_fails_with_dependency_and_the_path(tmp_path):
+    spec = {"kind": "bench", "bench": "primehub-envs", "results_jsonl": "exports/results.jsonl"}
+    with pytest.raises(StageFailure) as caught:
+        bench.resolve(ctx_for(tmp_path, "b3", "resolve"), spec)
+    assert caught.value.failure_class == "dependency"
+    assert str(tmp_path / "data" / "exports" / "results.jsonl") in caught.value.reason
+
+
+def test_an_unfinished_run_as_router_is_bad_input_naming_it(tmp_path):
+    (tmp_path / "runs" / "r-unfinished").mkdir(parents=True)
+    with pytest.raises(StageFailure) as caught:
+        bench.resolve(ctx_for(tmp_path, "b4", "resolve"), {**SPEC, "router": "r-unfinished"})
+    assert caught.value.failure_class == "bad_input"
+    assert "r-unfinished" in caught.value.reason

@@ -1,0 +1,75 @@
+"""Scores, intervals and the sample cache, on real route play logs built into a real corpus."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.schemas.corpus import CorpusSpec
+from worker.corpus import build_corpus
+from worker.envs import generate
+from worker.evaluate import scorecard as sc
+from worker.evaluate.policies import ConstantPolicy, TablePolicy
+from worker.evaluate.samples import SampleCache, read_jsonl, score_rows
+from worker.evaluate.stage import anchor_rows, evaluate_policy
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    root = tmp_path_factory.mktemp("route")
+    generate(root / "play", families=["route"], worlds=4, episodes=8, seed=5)
+    spec = {
+        "sources": [{"type": "trm_play_root", "name": "r", "path": str(root / "play")}],
+        "split": {"by": "env", "anchor": ["route-s5-w3"]},
+    }
+    build_corpus(CorpusSpec.model_validate(spec), root / "corpus")
+    return root / "corpus", spec
+
+
+def test_intervals_shrink_with_n_and_a_real_zero_is_a_score():
+    widths = []
+    for n in (10, 100, 1000):
+        s = sc.score([1.0] * (n // 2) + [0.0] * (n - n // 2))
+        widths.append(s["ci95"][1] - s["ci95"][0])
+    assert widths[0] > widths[1] > widths[2]
+    zero = sc.score([0.0] * 40)
+    assert zero["value"] == 0.0 and zero["n"] == 40 and zero["ci95"][0] == 0.0
+    assert 0 < zero["ci95"][1] < 0.1
+
+
+def test_the_oracle_scores_one_and_a_constant_policy_its_hand_computed_rate(corpus):
+    corpus_dir, spec = corpus
+    anchors, split = anchor_rows(corpus_dir)
+    train = read_jsonl(corpus_dir / "train.jsonl")
+    assert split == "anchor" and anchors
+    oracle = TablePolicy(train + anchors)
+    card, samples, _ = evaluate_policy(oracle, train, anchors, split, spec, SampleCache(None, "o"))
+    assert card["anchor_score"] == 1.0 and card["train_score"] == 1.0
+    assert card["generalization_gap"] == 0.0
+    assert len(samples) == len(anchors) and all(s["correct"] for s in samples)
+    assert card["scores"]["failure_rate"]["source"] == "rollouts"
+
+    first = ConstantPolicy(index=0)
+    expected = sum(r["action"] == r["tools"][0] for r in anchors) / len(anchors)
+    card, _, _ = evaluate_policy(first, train, anchors, split, spec, SampleCache(None, "c"))
+    assert card["anchor_score"] == pytest.approx(expected, abs=1e-4)
+    assert card["per_world"]["route-s5-w3"]["anchor_score"]["n"] == len(anchors)
+
+
+class Counting(ConstantPolicy):
+    def scores_batch(self, states, tools):
+        self.forward_passes += 1
+        return super().scores_batch(states, tools)
+
+
+def test_cached_samples_are_reused_without_forward_passes(corpus, tmp_path):
+    corpus_dir, _ = corpus
+    anchors, _ = anchor_rows(corpus_dir)
+    first = Counting(index=1)
+    samples, counters = score_rows(first, anchors, SampleCache(tmp_path, first.model_hash))
+    assert first.forward_passes > 0 and counters["scored"] == len(anchors)
+    again = Counting(index=1)
+    replay, counters = score_rows(again, anchors, SampleCache(tmp_path, again.model_hash))
+    assert again.forward_passes == 0 and counters["cached"] == len(anchors)
+    assert [s["pick"] for s in replay] == [s["pick"] for s in samples]

@@ -1,0 +1,186 @@
+"""What a bench compares, resolved from names to files (SPEC §7). Light: json and paths only, so
+the API answers `POST /benches/{name}?dry_run=true` with it without starting a worker.
+
+`baseline` / `router` each name one of:
+- `none`: an untrained controller (trm benches: the default trm config at a fixed seed, with the
+  vocabulary of the bench corpus) or the bare base model (`trainer: qlora` benches);
+- a train run id: `RUNS_DIR/<id>/` must be `completed` (its summary.json), its model is read
+  through its `trainer_config.resolved.json`; the corpus knobs of its spec shape the anchors;
+- `<hill-climb run id>:root` / `:final`: `RUNS_DIR/<id>/summary.json` keys `root_candidate_run`
+  (its first candidate) and `best_run` (its best) name the train run;
+- an artifact path under RUNS_DIR or DATA_DIR: a folder with `model.safetensors` (trm) or
+  `adapter_config.json` (a qlora adapter; `adapter/` inside the folder is looked into too).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from worker.evaluate.menu import load_entry
+
+TRACE_FILE = "reasoning_traces.jsonl"  # worker/envs/writers.py
+# The knobs that change how a row reads: a trained side's anchors are shaped with its own.
+SHAPE_KNOBS = ("state_compression", "state_keys", "namespace_normalization", "namespace_map")
+
+
+class ResolveError(Exception):
+    def __init__(self, failure_class: str, reason: str) -> None:
+        super().__init__(reason)
+        self.failure_class, self.reason = failure_class, reason
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def resolve_side(
+    ref: str, side: str, runs_dir: Path, data_dir: Path, trainer: str, model_cache: Path
+) -> dict[str, Any]:
+    """{"ref", "policy" (a load_policy reference, or a placeholder for `none`), "knobs", ...}."""
+    if ref == "none":
+        if trainer == "qlora":
+            return {"ref": ref, "policy": {"type": "base_lm", "model_cache": str(model_cache)}}
+        return {"ref": ref, "policy": {"type": "untrained_trm", "seed": 0}}
+    run_id, _, pick = ref.partition(":")
+    run_dir = Path(runs_dir) / run_id
+    if "/" not in run_id and run_dir.is_dir():
+        if pick:
+            summary = _read_json(run_dir / "summary.json")
+            key = {"root": "root_candidate_run", "final": "best_run"}.get(pick)
+            if key is None or not summary.get(key):
+                raise ResolveError(
+                    "bad_input",
+                    f"{side}: {ref!r}: {run_dir / 'summary.json'} has no {key or pick!r} "
+                    "(use <hill-climb run>:root or :final on a finished hill-climb)",
+                )
+            return {**resolve_side(summary[key], side, runs_dir, data_dir, trainer, model_cache),
+                    "ref": ref}  # fmt: skip
+        return _from_run(ref, side, run_dir)
+    path = Path(ref)
+    allowed = [Path(runs_dir).resolve(), Path(data_dir).resolve()]
+    if not path.is_absolute():
+        path = Path(data_dir) / path
+    path = path.resolve()
+    if not any(path.is_relative_to(a) for a in allowed):
+        raise ResolveError(
+            "bad_input", f"{side}: {ref!r} is neither none, a run id, nor a path under the runs "
+            "or data directory",
+        )  # fmt: skip
+    return {"ref": ref, "policy": _artifact(path, side, ref, model_cache), "knobs": None}
+
+
+def _from_run(ref: str, side: str, run_dir: Path) -> dict[str, Any]:
+    summary = _read_json(run_dir / "summary.json")
+    status = summary.get("status", "not finished")
+    if status != "completed" or summary.get("dry_run"):
+        raise ResolveError(
+            "bad_input",
+            f"{side}: run {ref} is {'a dry run' if summary.get('dry_run') else status}, not a "
+            "completed train run; bench a completed one",
+        )
+    resolved = _read_json(run_dir / "trainer_config.resolved.json")
+    if not resolved.get("trainer"):
+        raise ResolveError("bad_input", f"{side}: run {ref} has no trainer_config.resolved.json")
+    out = Path(resolved["output_dir"])
+    policy: dict[str, Any]
+    if resolved["trainer"] == "trm":
+        policy = {"type": "trm", "path": str(out)}
+    else:
+        policy = {
+            "type": "qlora",
+            "path": str(out / "adapter"),
+            "contract": resolved.get("contract", "action_only"),
+            "model_cache": resolved.get("model_cache"),
+        }
+    manifest = _read_json(Path(resolved["corpus_dir"]) / "manifest.json")
+    knobs = {k: v for k, v in (manifest.get("knobs") or {}).items() if k in SHAPE_KNOBS}
+    return {"ref": ref, "run_id": run_dir.name, "policy": policy, "knobs": knobs}
+
+
+def _artifact(path: Path, side: str, ref: str, model_cache: Path) -> dict[str, Any]:
+    if (path / "model.safetensors").is_file():
+        return {"type": "trm", "path": str(path)}
+    for folder in (path, path / "adapter"):
+        if (folder / "adapter_config.json").is_file():
+            meta = _read_json(folder.parent / "run_meta.json")
+            return {
+                "type": "qlora",
+                "path": str(folder),
+                "contract": meta.get("contract", "action_only"),
+                "model_cache": str(model_cache),
+            }
+    raise ResolveError(
+        "dependency",
+        f"{side}: {path} holds no model (model.safetensors for trm, adapter_config.json for a "
+        "qlora adapter); put the artifact there or name a completed run",
+    )
+
+
+def data_source(entry: dict[str, Any], data_dir: Path, results_jsonl: str | None) -> dict:
+    """The corpus source the bench's anchors are read from."""
+    name = entry["name"]
+    export = results_jsonl or entry.get("results_jsonl")
+    if export:
+        path = Path(export) if Path(export).is_absolute() else Path(data_dir) / export
+        return {"type": "jsonl", "mode": "normalized", "name": name, "path": str(path)}
+    root = Path(data_dir) / "benches" / name
+    if (entry.get("corpus") or {}).get("source") == "reasoning_trace":
+        return {
+            "type": "jsonl",
+            "mode": "reasoning_trace",
+            "name": name,
+            "path": str(root / TRACE_FILE),
+            "state_fields": ["task.family", "task.goal", "observation"],
+            "tools_field": "options.ids",
+            "action_field": "decision.action",
+            "meta_fields": ["meta.world_id", "meta.family", "meta.run", "meta.episode",
+                            "meta.turn", "meta.kind"],
+        }  # fmt: skip
+    return {"type": "trm_play_root", "name": name, "path": str(root)}
+
+
+def resolve_bench(
+    spec: dict[str, Any], runs_dir: Path, data_dir: Path, model_cache: Path
+) -> dict[str, Any]:
+    """The bench spec (BenchSpec as JSON) resolved: data, anchors, both sides, repeats."""
+    try:
+        entry = load_entry(spec["bench"])
+    except KeyError as exc:
+        raise ResolveError("bad_input", f"bench: {exc.args[0]}") from None
+    defaults = entry["defaults"]
+    trainer = spec.get("trainer") or defaults["trainer"]
+    sides: dict[str, dict[str, Any]] = {}
+    for side in ("baseline", "router"):
+        ref = spec.get(side) or defaults[side]
+        sides[side] = resolve_side(ref, side, runs_dir, data_dir, trainer, model_cache)
+    source = data_source(entry, data_dir, spec.get("results_jsonl"))
+    # `none` reads rows shaped like the trained side's (its corpus knobs), else the bench's.
+    knobs = (
+        sides["router"].get("knobs")
+        or sides["baseline"].get("knobs")
+        or (entry.get("corpus") or {}).get("knobs")
+        or {}
+    )
+    for chosen in sides.values():
+        if chosen.get("knobs") is None:
+            chosen["knobs"] = knobs
+    return {
+        "bench": entry["name"],
+        "description": entry.get("description"),
+        "source": source,
+        "generated": source["type"] != "jsonl" or source.get("mode") == "reasoning_trace",
+        "anchor_worlds": entry.get("anchor_worlds"),
+        "split": {"by": "env", "seed": 0, "anchor": entry.get("anchor_worlds") or []},
+        "trainer": trainer,
+        "baseline": sides["baseline"],
+        "router": sides["router"],
+        "repeats": int(spec.get("repeats") or defaults["repeats"]),
+        "episodes": int(spec.get("episodes") or defaults["episodes"]),
+        "train_sample": int(defaults["train_sample"]),
+        "seed": int(spec.get("seed") or 0),
+    }

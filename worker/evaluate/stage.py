@@ -1,0 +1,228 @@
+"""The `evaluate` stage of a `train` run (SPEC §3.2, §7), and `evaluate_policy`, which a bench
+shares: a policy scored on a corpus's train sample and anchors, rollouts in the anchor worlds.
+
+Reads `trainer_config.resolved.json` (trainer, corpus_dir, output_dir, contract, model_cache, seed)
+and the run's spec (corpus sources and knobs, so rollout states are shaped like the rows). Writes
+`scorecard.json` and `samples.jsonl` (one row per anchor example) in the run directory.
+
+- train_score: a fixed, seeded sample of up to TRAIN_SAMPLE train rows.
+- anchor_score: anchor.jsonl; a corpus without an anchor split is scored on val.jsonl and the
+  scorecard says so (`anchor_split: "val"`).
+- failure_rate / recovery_rate: rollouts in the anchor worlds when they are worker/envs worlds;
+  otherwise from tagged rows: failure = the policy repeats a known bad pick (critic rows of the
+  anchor groups), recovery = it gets rows tagged `recovery` right.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from worker.context import StageContext, StageFailure
+from worker.evaluate import scorecard as sc
+from worker.evaluate.policies import Policy, argmax, load_policy
+from worker.evaluate.rollouts import EPISODES, env_world, world_rates
+from worker.evaluate.samples import CachedPolicy, SampleCache, read_jsonl, score_rows, write_samples
+from worker.manifests import write_json_atomic
+
+TRAIN_SAMPLE = 1000
+SCORECARD, SAMPLES = "scorecard.json", "samples.jsonl"
+
+
+def sample_cache_dir(data_dir: Path) -> Path:
+    return Path(data_dir) / "cache" / "samples"
+
+
+def train_sample(rows: list[dict[str, Any]], seed: int, limit: int = TRAIN_SAMPLE) -> list[dict]:
+    if len(rows) <= limit:
+        return rows
+    keep = sorted(random.Random(seed).sample(range(len(rows)), limit))
+    return [rows[i] for i in keep]
+
+
+def anchor_rows(corpus_dir: Path) -> tuple[list[dict[str, Any]], str]:
+    anchor = corpus_dir / "anchor.jsonl"
+    rows = read_jsonl(anchor) if anchor.exists() else []
+    if rows:
+        return rows, "anchor"
+    val = corpus_dir / "val.jsonl"
+    return (read_jsonl(val) if val.exists() else []), "val"
+
+
+def policy_ref(resolved: dict[str, Any]) -> dict[str, Any]:
+    """The trained model of a train run, from its resolved config."""
+    out = Path(resolved["output_dir"])
+    if resolved["trainer"] == "trm":
+        return {"type": "trm", "path": str(out)}
+    return {
+        "type": "qlora",
+        "path": str(out / "adapter"),
+        "contract": resolved.get("contract", "action_only"),
+        "model_cache": resolved.get("model_cache"),
+    }
+
+
+def evaluate_policy(
+    policy: Policy,
+    train: list[dict[str, Any]],
+    anchors: list[dict[str, Any]],
+    anchor_split: str,
+    corpus: dict[str, Any],
+    cache: SampleCache,
+    *,
+    critic: list[dict[str, Any]] | None = None,
+    seed: int = 0,
+    episodes: int = EPISODES,
+    progress: Callable[[int, int], None] | None = None,
+    should_stop: Callable[[], str | None] | None = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, int]]:
+    """(scorecard, anchor samples, counters)."""
+    total = len(train) + len(anchors)
+
+    def step(offset: int) -> Callable[[int, int], None] | None:
+        return (lambda done, _n: progress(offset + done, total)) if progress else None
+
+    train_samples, c1 = score_rows(policy, train, cache, step(0), should_stop)
+    anchor_samples, c2 = score_rows(policy, anchors, cache, step(len(train)), should_stop)
+    counters = {k: c1[k] + c2[k] for k in c1}
+    train_score = sc.score([float(s["correct"]) for s in train_samples])
+    anchor_score = sc.score([float(s["correct"]) for s in anchor_samples])
+    card: dict[str, Any] = {
+        "format": sc.FORMAT,
+        "model": {"name": policy.name, "model_hash": policy.model_hash},
+        "anchor_split": anchor_split,
+        "scores": {"train_score": train_score, "anchor_score": anchor_score},
+        "per_family": _per_family(train_samples, anchor_samples),
+        "per_world": {w: {"anchor_score": s} for w, s in _by(anchor_samples, "world").items()},
+        "notes": [],
+    }
+    if anchor_split != "anchor":
+        card["notes"].append("the corpus has no anchor split: anchor_score is on val.jsonl")
+    rates = rollout_rates(CachedPolicy(policy, cache), anchors, corpus, seed, episodes, should_stop)
+    if rates is None:
+        rates = tagged_rates(anchor_samples, critic or [], anchor_split, policy)
+    failure, recovery, per_world, source = rates
+    card["scores"]["failure_rate"] = {**failure, "source": source}
+    card["scores"]["recovery_rate"] = {**recovery, "source": source}
+    for world, values in per_world.items():
+        card["per_world"].setdefault(world, {}).update(values)
+    card["scores"]["generalization_gap"] = sc.difference(train_score, anchor_score)
+    for key, value in card["scores"].items():
+        card[key] = value["value"]
+    card["n"] = {"train": train_score["n"], "anchor": anchor_score["n"]}
+    return card, anchor_samples, counters
+
+
+def _by(samples: list[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
+    return sc.grouped((str(s.get(key)), float(s["correct"])) for s in samples)
+
+
+def _per_family(train: list[dict], anchors: list[dict]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for name, samples in (("train_score", train), ("anchor_score", anchors)):
+        for family, value in _by(samples, "family").items():
+            out.setdefault(family, {})[name] = value
+    return out
+
+
+def rollout_rates(
+    policy: Policy,
+    anchors: list[dict[str, Any]],
+    corpus: dict[str, Any],
+    seed: int,
+    episodes: int,
+    should_stop: Callable[[], str | None] | None = None,
+) -> tuple[dict, dict, dict, str] | None:
+    """Rollouts in the anchor worlds named by the rows (None: the rows name no env world)."""
+    sources = {s["name"]: s for s in corpus.get("sources", [])}
+    knobs = corpus.get("knobs") or {}
+    worlds: dict[str, tuple[Any, dict[str, Any], list[str]]] = {}
+    for row in anchors:
+        meta = row.get("meta") or {}
+        wid = meta.get("world_id") or meta.get("env")
+        if wid in worlds or not sources.get(meta.get("source_name")):
+            continue
+        world = env_world(wid)
+        if world is not None:
+            worlds[wid] = (world, sources[meta["source_name"]], list(row["tools"]))
+    if not worlds:
+        return None
+    failures, recoveries, per_world = [], [], {}
+    for wid, (world, source, tools) in sorted(worlds.items()):
+        if should_stop and should_stop():
+            break
+        routes = tools if source.get("type") == "router_jsonl" else None
+        rates = world_rates(policy, world, source, knobs, episodes, seed, routes)
+        failures += rates["failure"]
+        recoveries += rates["recovery"]
+        per_world[wid] = {
+            "failure_rate": sc.score(rates["failure"]),
+            "recovery_rate": sc.score(rates["recovery"]),
+            "success_rate": sc.score(rates["success"]),
+        }
+    return sc.score(failures), sc.score(recoveries), per_world, "rollouts"
+
+
+def tagged_rates(
+    anchor_samples: list[dict[str, Any]],
+    critic: list[dict[str, Any]],
+    split: str,
+    policy: Policy,
+) -> tuple[dict, dict, dict, str]:
+    bad = [r for r in critic if (r.get("meta") or {}).get("split") == split]
+    repeated = []
+    if bad:
+        scores = policy.scores_batch([r["state"] for r in bad], [r["tools"] for r in bad])
+        repeated = [
+            float(r["tools"][argmax(s)] == r["action"]) for r, s in zip(bad, scores, strict=True)
+        ]
+    recovered = [float(s["correct"]) for s in anchor_samples if s.get("kind") == "recovery"]
+    return sc.score(repeated), sc.score(recovered), {}, "tagged_rows"
+
+
+# ---- the stage -------------------------------------------------------------------------------
+def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
+    resolved_path = ctx.run_dir / "trainer_config.resolved.json"
+    if not resolved_path.exists():
+        raise StageFailure("bad_input", f"{resolved_path} is missing: prepare_config writes it")
+    resolved = json.loads(resolved_path.read_text())
+    corpus_dir = Path(resolved["corpus_dir"])
+    train_path = corpus_dir / "train.jsonl"
+    if not train_path.exists():
+        raise StageFailure("dependency", f"{train_path} is missing: prepare_corpus writes it")
+    policy = load_policy(policy_ref(resolved))
+    seed = int(resolved.get("seed") or 0)
+    train = train_sample(read_jsonl(train_path), seed)
+    anchors, split = anchor_rows(corpus_dir)
+    if resolved.get("probe"):
+        train, anchors = train[:1], anchors[:1]
+    critic_path = corpus_dir / "critic.jsonl"
+    critic = read_jsonl(critic_path) if critic_path.exists() else []
+    cache = SampleCache(sample_cache_dir(ctx.settings.data_dir), policy.model_hash)
+    card, samples, counters = evaluate_policy(
+        policy, train, anchors, split, spec.get("corpus") or {}, cache,
+        critic=critic, seed=seed, episodes=2 if resolved.get("probe") else EPISODES,
+        progress=lambda done, total: ctx.progress(done, total),
+        should_stop=ctx.should_stop,
+    )  # fmt: skip
+    card.update(
+        run_id=ctx.run_id, trainer=resolved["trainer"], corpus_hash=resolved.get("corpus_hash")
+    )
+    write_json_atomic(ctx.run_dir / SCORECARD, card)
+    write_samples(ctx.run_dir / SAMPLES, samples)
+    ctx.inputs.extend(p for p in (train_path, corpus_dir / f"{split}.jsonl") if p.exists())
+    ctx.outputs.extend([ctx.run_dir / SCORECARD, ctx.run_dir / SAMPLES])
+    ctx.counters["examples_scored"] = counters["scored"] + counters["cached"]
+    ctx.counters["examples_cached"] = counters["cached"]
+    ctx.counters["tokens_scored"] = counters["tokens_scored"]
+    for note in card["notes"]:
+        ctx.note(note)
+    ctx.progress(
+        len(train) + len(anchors), len(train) + len(anchors),
+        current_anchor=card["anchor_score"], current_train=card["train_score"],
+        current_gap=card["generalization_gap"],
+    )  # fmt: skip
+    return {**sc.headline(card), "anchor_split": split, "n": card["n"]}
