@@ -20,7 +20,7 @@ from app.events import Publisher
 from app.live import LiveHub
 from app.queue import create_arq_pool
 from app.redisconn import sync_redis
-from app.routes import artifacts, benches, events, health, runs
+from app.routes import artifacts, benches, dashboard, events, health, runs
 from app.schemas.specs import RUN_SPEC
 from app.settings import Settings, get_settings
 
@@ -107,19 +107,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router, dependencies=auth)
     app.include_router(health.router)
 
-    @app.get("/", dependencies=auth, tags=["health"])
-    def index() -> dict[str, Any]:
-        return {
-            "service": "trm",
-            "version": __version__,
-            "links": {
-                "runs": "/runs",
-                "openapi": "/openapi.json",
-                "docs": "/docs",
-                "ready": "/readyz",
-                "metrics": "/metrics",
-            },
-        }
+    # The page loads without the token, then asks for it (every API call it makes needs it).
+    app.include_router(dashboard.router)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:

@@ -19,6 +19,7 @@ from app.cli.server import LocalStack, serve_until_stopped
 from app.client import ApiCallError, Client
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
+HEADLINE = ("train_score", "anchor_score", "failure_rate", "recovery_rate", "generalization_gap")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -99,11 +100,33 @@ def run_demo(client: Client, args: argparse.Namespace) -> int:
         if bench is None:
             card = artifact(client, router, "scorecard.json")
             if card:
-                print(json.dumps(card, indent=2))
+                print(json.dumps({k: card.get(k) for k in HEADLINE}, indent=2))
             continue
         if bench["status"] != "completed":
             code = 1
         card = artifact(client, bench["id"], "scorecard.json")
         if card:
-            print(json.dumps(card, indent=2))
+            print(bench_summary(card, f"var/runs/{bench['id']}/scorecard.json"))
     return code
+
+
+def _score(block: dict[str, Any] | None, key: str) -> str:
+    score = ((block or {}).get("scores") or {}).get(key) or {}
+    if score.get("value") is None:
+        return "-"
+    low, high = score.get("ci95") or (None, None)
+    return f"{score['value']:.3f} [{low:.3f}, {high:.3f}] n={score.get('n')}"
+
+
+def bench_summary(card: dict[str, Any], path: str) -> str:
+    delta = (card.get("delta") or {}).get("anchor_score") or {}
+    low, high = delta.get("ci95") or (float("nan"), float("nan"))
+    lines = [
+        f"routerBench anchors ({card.get('bench')}):",
+        f"  router    anchor {_score(card.get('router'), 'anchor_score')}",
+        f"  baseline  anchor {_score(card.get('baseline'), 'anchor_score')}",
+        f"  delta     {delta.get('value', float('nan')):+.3f} [{low:+.3f}, {high:+.3f}]"
+        f"   intervals overlap: {'yes' if card.get('intervals_overlap') else 'no'}",
+        f"  full scorecard: {path}",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,139 @@
+"""Browser fixtures: a real API (SQLite) and workers, Debian's Chromium driven by Playwright, and
+a TCP proxy between them that a test can cut to drop the page's connections."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, Service, free_port
+
+CHROMIUM = os.environ.get("TRM_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOTS = ROOT / "docs" / "screenshots"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if shutil.which(CHROMIUM) is None:
+        skip = pytest.mark.skip(reason=f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+        for item in items:
+            if "tests/dashboard" in str(item.fspath):
+                item.add_marker(skip)
+
+
+class Proxy:
+    """A TCP relay to the API. `cut()` closes every open connection (the browser sees the
+    network drop mid-stream) and refuses new ones until `restore()`."""
+
+    def __init__(self, port: int) -> None:
+        self.target = port
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.open = True
+        self.conns: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.server = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            if not self.open:
+                client.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            with self.lock:
+                self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        self.open = False
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for sock in conns:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            except OSError:
+                pass
+
+    def restore(self) -> None:
+        self.open = True
+
+    def close(self) -> None:
+        self.cut()
+        self.server.close()
+
+
+@pytest.fixture
+def proxy(service: Service) -> Iterator[Proxy]:
+    relay = Proxy(service.port)
+    yield relay
+    relay.close()
+
+
+@pytest.fixture(scope="session")
+def playwright() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        yield pw
+
+
+@pytest.fixture
+def page(playwright: Any, tmp_path: Path) -> Iterator[Any]:
+    """A fresh Chromium profile per test; console errors are kept for the assertion message."""
+    context = playwright.chromium.launch_persistent_context(
+        str(tmp_path / "chromium-profile"),
+        executable_path=CHROMIUM,
+        headless=True,
+        args=CHROMIUM_ARGS,
+        viewport={"width": 1400, "height": 1000},
+    )
+    context.set_default_timeout(15_000)
+    tab = context.pages[0] if context.pages else context.new_page()
+    tab.errors = []
+    tab.on("pageerror", lambda exc: tab.errors.append(str(exc)))
+    yield tab
+    context.close()
+
+
+def screenshot(page: Any, name: str, tmp_path: Path) -> Path:
+    """Into docs/screenshots/ when TRM_DASHBOARD_SCREENSHOTS=1, else next to the test's files."""
+    folder = SCREENSHOTS if os.environ.get("TRM_DASHBOARD_SCREENSHOTS") == "1" else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    page.screenshot(path=str(path), full_page=True)
+    return path
