@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ class StageContext:
     percent_span: float = 100.0
     pids: list[int] = field(default_factory=lambda: [os.getpid()])
     stop_reason: str | None = None  # set by a signal handler or the runner
+    # For stages that run inside the worker: asks the runner for cancel/shutdown as they happen.
+    stop_probe: Callable[[], str | None] | None = None
     counters: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     inputs: list[Path] = field(default_factory=list)
@@ -61,6 +64,8 @@ class StageContext:
         """'cancel', 'shutdown', 'budget', or None: check it at every step boundary."""
         if self.stop_reason:
             return self.stop_reason
+        if self.stop_probe is not None and (reason := self.stop_probe()):
+            return reason
         if self.deadline is not None and time.time() >= self.deadline:
             return "budget"
         return None

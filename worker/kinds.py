@@ -30,9 +30,10 @@ KINDS: dict[str, tuple[StageDef, ...]] = {
         StageDef("evaluate", "worker.evaluate.bench:evaluate", in_child=True, weight=8),
     ),
     "hillclimb": (
-        StageDef("plan", None),
-        StageDef("search", None, weight=20),  # the coordinator: child train runs per candidate
-        StageDef("finalize", None, after_budget=True),
+        StageDef("plan", "worker.hillclimb.stages:plan"),
+        # The coordinator: one child `train` run per candidate, on any worker.
+        StageDef("search", "worker.hillclimb.stages:search", weight=20),
+        StageDef("finalize", "worker.hillclimb.stages:finalize", after_budget=True),
     ),
     "selftest": (
         StageDef("prepare", "worker.stages.selftest:prepare"),
@@ -44,6 +45,7 @@ KINDS: dict[str, tuple[StageDef, ...]] = {
 PLANNERS: dict[str, str] = {
     "train": "worker.stages.dryrun:plan_train",
     "bench": "worker.evaluate.bench:plan",
+    "hillclimb": "worker.hillclimb.stages:plan_dry",
     "selftest": "worker.stages.dryrun:plan_generic",
 }
 

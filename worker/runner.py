@@ -6,6 +6,7 @@ process, each recorded by the StageRecorder) → `_finish` (status, summary.json
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -199,7 +200,7 @@ class Runner:
     def _run_one(self, stage: StageDef, ctx: StageContext, lease: Lease) -> dict[str, Any]:
         assert stage.ref is not None, f"stage {stage.name} is not built"
         if not stage.in_child:
-            ctx.stop_reason = self._stop_reason(lease, None)
+            ctx.stop_probe = lambda: self._stop_reason(lease, None)
             return run_stage(stage.ref, ctx)
         child = ChildStage(ctx, stage.ref)
         lease.pids.append(child.start())
@@ -332,6 +333,9 @@ class Runner:
             "usage": usage.as_dict(),
             "finished_at": utcnow().isoformat(),
         }
+        search = self.settings.run_dir(run.id) / "search_summary.json"
+        if search.exists():
+            summary["search"] = json.loads(search.read_text())
         if ending.stopped_by == "budget" and budget:
             summary["budget_overshoot_s"] = round(max(0.0, usage.wall_seconds - budget), 3)
         return summary

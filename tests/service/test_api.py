@@ -94,13 +94,12 @@ def test_same_idempotency_key_with_another_body_is_409(service: Service) -> None
     assert error_of(response)["code"] == "idempotency_conflict"
 
 
-def test_kinds_not_built_yet_answer_501(service: Service) -> None:
-    spec = {"kind": "hillclimb", "base": {"corpus": {"sources": []}}}
-    response = service.http.post("/runs", json=spec)
-    assert response.status_code in (422, 501)
-    if response.status_code == 501:
-        err = error_of(response)
-        assert err["code"] == "not_implemented" and "search" in err["details"]["missing_stages"]
+def test_every_kind_is_built_and_can_dry_run() -> None:
+    from worker.kinds import KINDS, PLANNERS, missing_stages
+
+    for kind in KINDS:
+        assert missing_stages(kind, dry_run=False) == [], kind
+        assert kind in PLANNERS, kind
 
 
 def test_list_runs_pages_with_a_cursor_and_filters(service: Service) -> None:

@@ -1,0 +1,257 @@
+"""Run webhooks (SPEC §3.3 `notify.url`): a run's terminal status is POSTed to the URL its spec
+names, signed, retried with backoff, and every attempt recorded as a `log` event of the run.
+
+Who may be called: loopback always; any other host only when it is on `TRM_NOTIFY_ALLOW` (a
+comma-separated list of host names or IPs; `*.example.com` allows the subdomains). The body is
+signed with HMAC-SHA256 under `TRM_NOTIFY_SECRET`: the receiver recomputes
+`sha256=<hex hmac of the raw body>` and compares it with the `X-TRM-Signature` header.
+
+Delivery runs in the process that recorded the terminal status (the worker's runner, or the API
+for a cancel of a queued run), on a daemon thread, so the caller never waits on a slow receiver.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from sqlmodel import Session
+
+from app.events import Publisher
+from app.models import Run
+from app.settings import Settings
+
+log = logging.getLogger("trm.notify")
+
+SIGNATURE_HEADER = "X-TRM-Signature"
+USER_AGENT = "trm-trainer-webhook/1"
+# Worth another try: the receiver may come back. Other 4xx answers are final.
+RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    """What delivery needs from the settings (defaults apply where a setting is not defined)."""
+
+    secret: str | None = None
+    allow: tuple[str, ...] = ()
+    attempts: int = 5
+    backoff_s: float = 1.0
+    timeout_s: float = 5.0
+
+    @classmethod
+    def of(cls, settings: Settings) -> NotifyConfig:
+        secret = getattr(settings, "notify_secret", None)
+        if secret is not None and hasattr(secret, "get_secret_value"):
+            secret = secret.get_secret_value()
+        allow = getattr(settings, "notify_allow", "") or ""
+        hosts = allow.split(",") if isinstance(allow, str) else list(allow)
+        return cls(
+            secret=secret or None,
+            allow=tuple(h.strip().lower() for h in hosts if h.strip()),
+            attempts=max(1, int(getattr(settings, "notify_attempts", 5))),
+            backoff_s=float(getattr(settings, "notify_backoff_s", 1.0)),
+            timeout_s=float(getattr(settings, "notify_timeout_s", 5.0)),
+        )
+
+
+def sign(secret: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def verify(secret: str, body: bytes, header: str | None) -> bool:
+    """The receiver's check, in constant time (used by our tests; receivers copy it)."""
+    return header is not None and hmac.compare_digest(sign(secret, body), header)
+
+
+def is_loopback(host: str) -> bool:
+    host = host.strip("[]").lower()
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def url_refusal(url: str, allow: tuple[str, ...]) -> str | None:
+    """Why `url` may not be called (None: it may). Checked at submit time and again at delivery."""
+    try:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        return f"{url!r} is not a valid URL ({exc})"
+    if parts.scheme not in ("http", "https"):
+        return f"{url!r}: only http and https URLs are called"
+    if not host:
+        return f"{url!r} names no host"
+    if parts.username or parts.password:
+        return f"{url!r}: credentials in the URL are refused (the body is signed instead)"
+    if is_loopback(host):
+        return None
+    for entry in allow:
+        if host == entry or (entry.startswith("*.") and host.endswith(entry[1:])):
+            return None
+    listed = ", ".join(allow) or "nothing"
+    return (
+        f"host {host!r} is not allowed: only loopback and TRM_NOTIFY_ALLOW hosts ({listed}) "
+        "are called"
+    )
+
+
+def check_notify_url(url: str, settings: Settings) -> str | None:
+    """For the API's spec validation: None, or the message a 422 on `notify.url` carries."""
+    return url_refusal(url, NotifyConfig.of(settings).allow)
+
+
+def webhook_body(run: Run, status_event: dict[str, Any]) -> dict[str, Any]:
+    """What the receiver gets: the terminal status event, plus where to look next."""
+    base = f"/runs/{run.id}"
+    return {
+        "type": "run.status",
+        "event_id": status_event.get("id"),
+        "run_id": run.id,
+        "kind": run.kind,
+        "name": run.name,
+        "status": run.status,
+        "failure_class": run.failure_class,
+        "failure_reason": run.failure_reason,
+        "stopped_by": run.stopped_by,
+        "attempt": run.attempt,
+        "worker_id": run.worker_id,
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "status_event": status_event.get("data"),
+        "links": {
+            "run": base,
+            "card": f"{base}/card?format=text",
+            "artifacts": f"{base}/artifacts",
+            "summary": f"{base}/artifacts/summary.json",
+        },
+    }
+
+
+def deliver(
+    publisher: Publisher,
+    run_id: str,
+    url: str,
+    payload: dict[str, Any],
+    config: NotifyConfig,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """POST `payload` to `url` until it is accepted (2xx) or the attempts run out; each attempt
+    becomes a `log` event. True when delivered."""
+    refusal = url_refusal(url, config.allow)
+    if refusal is not None:
+        _record(publisher, run_id, url, 0, False, config, error=f"refused: {refusal}")
+        return False
+    body = json.dumps(payload, separators=(",", ":"), sort_keys=True, default=str).encode()
+    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
+    if payload.get("event_id") is not None:
+        headers["X-TRM-Event-Id"] = str(payload["event_id"])
+    if config.secret:
+        headers[SIGNATURE_HEADER] = sign(config.secret, body)
+    with httpx.Client(timeout=config.timeout_s, follow_redirects=False) as client:
+        for attempt in range(1, config.attempts + 1):
+            delay = config.backoff_s * 2 ** (attempt - 1) if attempt < config.attempts else None
+            headers["X-TRM-Delivery-Attempt"] = str(attempt)
+            try:
+                response = client.post(url, content=body, headers=headers)
+            except httpx.HTTPError as exc:
+                _record(publisher, run_id, url, attempt, False, config, delay, error=repr(exc))
+            else:
+                ok = 200 <= response.status_code < 300
+                final = ok or response.status_code not in RETRY_STATUSES
+                _record(
+                    publisher,
+                    run_id,
+                    url,
+                    attempt,
+                    ok,
+                    config,
+                    None if final else delay,
+                    status_code=response.status_code,
+                )
+                if final:
+                    return ok
+            if delay is None:
+                return False
+            sleep(delay)
+    return False
+
+
+def _record(
+    publisher: Publisher,
+    run_id: str,
+    url: str,
+    attempt: int,
+    ok: bool,
+    config: NotifyConfig,
+    retry_in_s: float | None = None,
+    **extra: Any,
+) -> None:
+    data: dict[str, Any] = {
+        "source": "notify",
+        "level": "info" if ok else "warning",
+        "url": url,
+        "attempt": attempt,
+        "max_attempts": config.attempts,
+        "delivered": ok,
+        "signed": bool(config.secret),
+        "retry_in_s": retry_in_s,
+        **extra,
+    }
+    what = "delivered" if ok else "not delivered"
+    data["message"] = f"webhook {what} to {url} (attempt {attempt}/{config.attempts})" + (
+        f"; retrying in {retry_in_s:g}s" if retry_in_s else ""
+    )
+    try:
+        publisher.publish(run_id, "log", data)
+    except Exception as exc:  # the record is best effort; delivery itself must go on
+        log.warning("could not record webhook attempt for %s: %s", run_id, exc)
+
+
+def on_terminal(publisher: Publisher, status_event: dict[str, Any]) -> threading.Thread | None:
+    """After a terminal `status` event is committed: if the run's spec names `notify.url`, deliver
+    in the background. Returns the delivery thread (None when there is nothing to deliver)."""
+    data = status_event.get("data") or {}
+    if status_event.get("type") != "status" or not data.get("terminal"):
+        return None
+    run_id = str(status_event.get("run_id") or data.get("run_id"))
+    with Session(publisher.engine) as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            return None
+        url = ((run.spec or {}).get("notify") or {}).get("url")
+        if not url:
+            return None
+        payload = webhook_body(run, status_event)
+    config = NotifyConfig.of(publisher.settings)
+    thread = threading.Thread(
+        target=_deliver_quietly,
+        args=(publisher, run_id, url, payload, config),
+        name=f"notify-{run_id}",
+        daemon=True,
+    )
+    thread.start()
+    return thread
+
+
+def _deliver_quietly(
+    publisher: Publisher, run_id: str, url: str, payload: dict[str, Any], config: NotifyConfig
+) -> None:
+    try:
+        deliver(publisher, run_id, url, payload, config)
+    except Exception:  # a background thread has nobody to raise to
+        log.exception("webhook delivery for %s failed", run_id)

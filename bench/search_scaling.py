@@ -1,0 +1,239 @@
+"""Benchmark: candidates per hour of the smoke search with 1, 2 and 4 workers (CPU, `trm`).
+
+    .venv/bin/python bench/search_scaling.py [--workers 1,2,4] [--candidates 4] [--spec FILE]
+
+Each round starts N real worker processes (`trm worker --queues gpu,cpu`) on one SQLite database
+and one Redis, submits `specs/hillclimb-smoke.json` with `parallelism=N` and a fixed candidate
+count (patience high, so every round runs the same number), and times the search run from its
+start to its end. Speed-up = rate(N) / rate(1); the target is >= 0.8 x N up to the machine's cores.
+The full smoke spec as shipped is also run once with 2 workers: its best candidate's anchor score
+must beat the first candidate's by more than the noise margin.
+
+Until the lead registers the stages in worker/kinds.py, `wire()` fills them in for this process
+and its workers (the hillclimb stages, and the train kind's evaluate stage); with the stages
+registered it changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SPEC = ROOT / "specs" / "hillclimb-smoke.json"
+REDIS_URL = os.environ.get("TRM_TEST_REDIS_URL", "redis://127.0.0.1:6379/12")
+TARGET = 0.8
+
+
+def wire() -> None:
+    """Register the stages this benchmark needs where worker/kinds.py does not yet."""
+    from worker import kinds
+
+    refs = {
+        ("train", "evaluate"): "worker.evaluate.stage:evaluate",
+        ("hillclimb", "plan"): "worker.hillclimb.stages:plan",
+        ("hillclimb", "search"): "worker.hillclimb.stages:search",
+        ("hillclimb", "finalize"): "worker.hillclimb.stages:finalize",
+    }
+    for kind, stages in list(kinds.KINDS.items()):
+        kinds.KINDS[kind] = tuple(
+            kinds.StageDef(
+                s.name,
+                s.ref or refs.get((kind, s.name)),
+                s.in_child,
+                s.weight,
+                s.after_budget or (kind, s.name) == ("hillclimb", "finalize"),
+            )
+            for s in stages
+        )
+    kinds.PLANNERS.setdefault("hillclimb", "worker.hillclimb.stages:plan_dry")
+
+
+WORKER = (
+    "import sys; sys.path.insert(0, {root!r}); from bench.search_scaling import wire; wire(); "
+    "from app.cli import main; sys.exit(main(['worker', '--queues', 'gpu,cpu']))"
+)
+
+
+def _env(base: Path) -> dict[str, str]:
+    return {
+        "TRM_DATABASE_URL": f"sqlite:///{base}/trm.db",
+        "TRM_REDIS_URL": REDIS_URL,
+        "TRM_REDIS_NAMESPACE": f"bench{uuid.uuid4().hex[:8]}",
+        "TRM_RUNS_DIR": str(base / "runs"),
+        "TRM_DATA_DIR": str(base.parent / "data"),
+        "TRM_MODEL_CACHE": str(base.parent / "models"),
+        "TRM_HEARTBEAT_S": "1",
+        "TRM_REQUEUE_AFTER_S": "2",
+    }
+
+
+def run_search(workdir: Path, workers: int, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Start `workers` workers, run one search to its end, and report what it did."""
+    from sqlmodel import Session
+
+    from app.db import make_engine, upgrade
+    from app.events import Publisher
+    from app.models import Run
+    from app.queue import create_arq_pool, enqueue
+    from app.redisconn import sync_redis
+    from app.runs import create_run
+    from app.settings import Settings
+
+    base = workdir / f"w{workers}-{uuid.uuid4().hex[:6]}"
+    base.mkdir(parents=True)
+    env = _env(base)
+    os.environ.update(env)
+    settings = Settings()
+    upgrade(settings.database_url)
+    engine = make_engine(settings.database_url)
+    publisher = Publisher(engine, sync_redis(settings), settings)
+    logs = [open(base / f"worker-{i}.log", "wb") for i in range(workers)]  # noqa: SIM115
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER.format(root=str(ROOT))],
+            env={**os.environ, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+        for log in logs
+    ]
+    try:
+        run, _ = create_run(publisher, settings, spec, None)
+
+        async def _enqueue() -> None:
+            pool = await create_arq_pool(settings)
+            await enqueue(pool, settings, run.id, 1, run.queue)
+            await pool.aclose()
+
+        asyncio.run(_enqueue())
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with Session(engine) as session:
+                fresh = session.get(Run, run.id)
+                assert fresh is not None
+                if fresh.terminal:
+                    break
+            time.sleep(0.5)
+        else:
+            raise SystemExit(f"search {run.id} did not end in {timeout} s (logs in {base})")
+        run_dir = settings.run_dir(run.id)
+        summary_path = run_dir / "search_summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+        rows = [json.loads(line) for line in (run_dir / "hillclimb_ledger.jsonl").open()]
+        finished = [r for r in rows if r["event"] == "finished"]
+        wall = (fresh.finished_at - fresh.started_at).total_seconds()  # type: ignore[operator]
+        return {
+            "workers": workers,
+            "status": fresh.status,
+            "failure": fresh.failure_reason,
+            "candidates": len(finished),
+            "completed": sum(1 for r in finished if r["status"] == "completed"),
+            "wall_s": round(wall, 1),
+            "per_hour": round(len(finished) / wall * 3600, 1) if wall else None,
+            "summary": summary,
+            "ledger": finished,
+            "overlap": _max_overlap(finished),
+            "logs": str(base),
+        }
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for log in logs:
+            log.close()
+
+
+def _max_overlap(rows: list[dict[str, Any]]) -> int:
+    """Most candidates running at one moment (from the ledger's started_at/finished_at)."""
+    points = []
+    for row in rows:
+        if row.get("started_at") and row.get("finished_at"):
+            points += [(row["started_at"], 1), (row["finished_at"], -1)]
+    level = peak = 0
+    for _, step in sorted(points, key=lambda p: (p[0], p[1])):
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--candidates", type=int, default=4, help="per scaling round")
+    parser.add_argument("--spec", type=Path, default=SPEC)
+    parser.add_argument("--timeout", type=float, default=1200)
+    parser.add_argument("--skip-smoke", action="store_true")
+    parser.add_argument("--keep", type=Path, help="keep run folders here")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    wire()
+    from worker.envs.benchdata import ensure_bench_data
+
+    workdir = args.keep or Path(tempfile.mkdtemp(prefix="trm-search-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    ensure_bench_data("routerbench", workdir / "data")  # generated once, outside the timing
+    shipped = json.loads(args.spec.read_text())
+    cores = os.cpu_count() or 1
+    results: dict[str, Any] = {"cores": cores, "rounds": []}
+
+    if not args.skip_smoke:
+        smoke = run_search(workdir, 2, shipped, args.timeout)
+        s = smoke["summary"]
+        best = (s.get("best_scores") or {}).get("anchor_score")
+        root = (s.get("root_scores") or {}).get("anchor_score")
+        margin = shipped.get("noise_margin", 0.01)
+        beats = best is not None and root is not None and best - root > margin
+        results["smoke"] = {k: v for k, v in smoke.items() if k != "ledger"}
+        results["smoke"].update(root_anchor=root, best_anchor=best, beats_root=beats)
+        print(f"smoke search, 2 workers: {smoke['status']} in {smoke['wall_s']} s, "
+              f"{smoke['candidates']} candidates ({smoke['completed']} completed), "
+              f"max {smoke['overlap']} at once")  # fmt: skip
+        print(f"  first candidate anchor {root}  best ({s.get('best_candidate')}) anchor {best}  "
+              f"margin {margin}: {'PASS' if beats else 'FAIL'}")  # fmt: skip
+        for row in smoke["ledger"]:
+            print(f"  {row['candidate_id']} rung {row['rung']} {row['status']:9} "
+                  f"anchor {row['anchor_score']} gap {row['generalization_gap']} "
+                  f"{row['decision']}: {row['reason']}")  # fmt: skip
+
+    baseline = None
+    print(f"\n{'workers':>7} {'cands':>5} {'wall s':>7} {'cands/h':>8} {'speed-up':>8} "
+          f"{'target':>7} {'peak':>4}")  # fmt: skip
+    for workers in [int(w) for w in args.workers.split(",")]:
+        spec = {**shipped, "parallelism": workers, "max_candidates": args.candidates}
+        spec["patience"] = args.candidates + 1
+        found = run_search(workdir, workers, spec, args.timeout)
+        rate = found["per_hour"] or 0.0
+        baseline = baseline or rate
+        speedup = rate / baseline if baseline else 0.0
+        target = TARGET * workers if workers <= cores else None
+        ok = target is None or speedup >= target
+        found.update(speedup=round(speedup, 2), target=target, ok=ok)
+        results["rounds"].append({k: v for k, v in found.items() if k not in ("ledger", "summary")})
+        print(f"{workers:>7} {found['candidates']:>5} {found['wall_s']:>7} {rate:>8} "
+              f"{speedup:>8.2f} {(f'>= {target:.1f}') if target else 'n/a':>7} "
+              f"{found['overlap']:>4}{'' if ok else '  BELOW TARGET'}")  # fmt: skip
+    print(f"(machine cores: {cores}; targets apply up to that many workers)")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

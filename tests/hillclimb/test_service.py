@@ -1,0 +1,117 @@
+"""A search on the real service: real API, real workers, real child `train` runs (trm on CPU).
+
+These need the hillclimb stages and the train kind's evaluate stage registered in
+worker/kinds.py; until then they are skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.settings import Settings
+from tests.conftest import Service, wait_for
+from worker.envs import generate
+from worker.kinds import missing_stages
+
+WIRED = not missing_stages("hillclimb", False) and not missing_stages("train", False)
+pytestmark = [
+    pytest.mark.skipif(not WIRED, reason="hillclimb or train evaluate stages not registered yet"),
+    pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
+]
+
+
+def tiny_search(data_dir: Path, **overrides: Any) -> dict[str, Any]:
+    """Four route worlds of a few episodes, a one-epoch trm: a candidate takes seconds."""
+    generate(data_dir / "play", families=["route"], worlds=4, episodes=4, seed=3)
+    spec: dict[str, Any] = {
+        "kind": "hillclimb",
+        "name": "tiny search",
+        "base": {
+            "trainer": "trm",
+            "corpus": {
+                "sources": [{"type": "trm_play_root", "name": "route", "path": "play"}],
+                "split": {"by": "env", "anchor": ["route-s3-w3"]},
+            },
+            "trm": {"epochs": 1, "hidden": 16, "n_recursions": 1},
+        },
+        "start_rung": 3,
+        "knobs": {"namespace_normalization": [False, True], "recovery_rate": [None, 0.2]},
+        "patience": 5,
+        "max_candidates": 3,
+        "parallelism": 2,
+        "max_generalization_gap": 1.0,
+    }
+    spec.update(overrides)
+    return spec
+
+
+def ledger_rows(service: Service, run_id: str) -> list[dict[str, Any]]:
+    response = service.http.get(f"/runs/{run_id}/ledger")
+    assert response.status_code == 200, response.text
+    return list(response.json()["entries"])
+
+
+def test_two_workers_run_two_candidates_at_the_same_time(
+    service: Service, settings: Settings
+) -> None:
+    service.start_worker("worker-a")
+    service.start_worker("worker-b")
+    search = service.submit(tiny_search(settings.data_dir))
+    done = service.wait_status(search["id"], "completed", "failed", timeout=150)
+    assert done["status"] == "completed", done
+    rows = ledger_rows(service, search["id"])
+    assert max(Counter((r["candidate_id"], r["event"]) for r in rows).values()) == 1
+    finished = {r["candidate_id"]: r for r in rows if r["event"] == "finished"}
+    assert sorted(finished) == ["c000", "c001", "c002"]
+    a, b = finished["c000"], finished["c001"]
+    assert a["started_at"] < b["finished_at"] and b["started_at"] < a["finished_at"]
+    children = service.http.get("/runs", params={"parent": search["id"]}).json()["runs"]
+    assert len(children) == 3 and {c["kind"] for c in children} == {"train"}
+    run_dir = settings.runs_dir / search["id"]
+    summary = json.loads((run_dir / "search_summary.json").read_text())
+    assert summary["root_candidate_run"] == finished["c000"]["run_id"]
+    assert summary["best_run"] == finished[summary["best_candidate"]]["run_id"]
+    assert (run_dir / "best" / "best.json").exists() and (
+        run_dir / "best" / "scorecard.json"
+    ).exists()
+    for cid in finished:
+        assert json.loads((run_dir / "candidates" / cid / "result.json").read_text())["decision"]
+    lines = (run_dir / "hillclimb_ledger.jsonl").read_text().splitlines()
+    assert len(lines) == len(rows)
+    card = service.http.get(f"/runs/{search['id']}/card").json()
+    assert card["completed_count"] == 3 and card["best_candidate"] == summary["best_candidate"]
+
+
+def test_a_killed_coordinator_resumes_without_redoing_candidates(
+    service: Service, settings: Settings
+) -> None:
+    first = service.start_worker("worker-a")
+    service.start_worker("worker-b")
+    search = service.submit(tiny_search(settings.data_dir, max_candidates=4, parallelism=1))
+
+    def one_finished() -> bool:
+        return any(r["event"] == "finished" for r in ledger_rows(service, search["id"]))
+
+    wait_for(one_finished, timeout=90, what="a first finished candidate")
+    holder = service.run(search["id"])["worker_id"]
+    victim = first if holder == "worker-a" else None
+    if victim is None:  # the search runs on worker-b: kill that one instead
+        victim = service.procs[-1]
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    service.start_worker("worker-c")
+    done = service.wait_status(search["id"], "completed", "failed", timeout=180)
+    assert done["status"] == "completed", done
+    assert done["attempt"] == 2
+    rows = ledger_rows(service, search["id"])
+    assert max(Counter((r["candidate_id"], r["event"]) for r in rows).values()) == 1
+    children = service.http.get("/runs", params={"parent": search["id"]}).json()["runs"]
+    proposed = [r for r in rows if r["event"] == "proposed"]
+    assert len(children) == len(proposed) == 4

@@ -1,0 +1,155 @@
+"""Candidates as child `train` runs (SPEC §8): created like any run, queued on the `gpu` queue so
+`parallelism` of them run at once on as many workers, and read back from their scorecards.
+
+`Launcher` is what the coordinator needs; `ServiceLauncher` is the real one (database + arq).
+Tests of the search logic use their own launcher that scores knob sets with a pure function.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from sqlmodel import Session, col, select
+
+from app.db import as_utc
+from app.errors import ApiError
+from app.events import Publisher
+from app.models import TERMINAL_STATUSES, Run
+from app.settings import Settings
+from worker.context import StageFailure
+from worker.hillclimb.decide import SCORES
+
+log = logging.getLogger("trm.hillclimb")
+SCORECARD = "scorecard.json"
+CORPUS_MANIFEST = Path("corpus") / "manifest.json"
+
+
+@dataclass
+class Outcome:
+    status: str  # completed | failed | cancelled
+    scores: dict[str, float | None] = field(default_factory=dict)
+    corpus_hash: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    reason: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)  # the child run's usage record
+
+
+class Launcher(Protocol):
+    def launch(self, candidate_id: str, body: dict[str, Any]) -> str:
+        """Create (or find again, same candidate) the child run; its run id."""
+
+    def poll(self, run_ids: list[str]) -> dict[str, Outcome]:
+        """The outcomes of the runs among `run_ids` that have ended."""
+
+    def cancel(self, run_ids: list[str]) -> None: ...
+
+    def stop_reason(self) -> str | None:
+        """'cancel' when the search itself was cancelled, 'lost' when it left our hands."""
+
+
+def read_scores(run_dir: Path) -> tuple[dict[str, float | None] | None, str | None]:
+    """(scores from scorecard.json or None, corpus_hash from the corpus manifest)."""
+    scores: dict[str, float | None] | None = None
+    card_path = run_dir / SCORECARD
+    if card_path.exists():
+        card = json.loads(card_path.read_text())
+        flat = {**(card.get("scores") or {}), **card}
+        scores = {key: _number(flat.get(key)) for key in SCORES}
+        if scores["generalization_gap"] is None and None not in (
+            scores["train_score"],
+            scores["anchor_score"],
+        ):
+            scores["generalization_gap"] = scores["train_score"] - scores["anchor_score"]  # type: ignore[operator]
+    corpus_hash = None
+    manifest = run_dir / CORPUS_MANIFEST
+    if manifest.exists():
+        corpus_hash = json.loads(manifest.read_text()).get("corpus_hash")
+    return scores, corpus_hash
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, dict):  # {"value": x, "interval": [...]}
+        value = value.get("value")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+class ServiceLauncher:
+    def __init__(self, publisher: Publisher, settings: Settings, search_id: str) -> None:
+        self.publisher, self.settings, self.search_id = publisher, settings, search_id
+        with Session(publisher.engine) as session:
+            run = session.get(Run, search_id)
+            self.lease_token = run.lease_token if run else None
+
+    def launch(self, candidate_id: str, body: dict[str, Any]) -> str:
+        from app.runs import create_run
+
+        key = f"{self.search_id}:{candidate_id}"
+        try:
+            run, _ = create_run(self.publisher, self.settings, body, key, parent_id=self.search_id)
+        except ApiError as exc:
+            klass = "dependency" if exc.status == 501 else "bad_input"
+            raise StageFailure(klass, f"candidate {candidate_id}: {exc.message}") from None
+        if run.status == "queued":
+            try:
+                asyncio.run(self._enqueue(run.id, run.attempt, run.queue))
+            except Exception as exc:  # Redis down: the reconciler enqueues it once it is back
+                log.warning("could not enqueue candidate run %s: %s", run.id, exc)
+        return run.id
+
+    async def _enqueue(self, run_id: str, attempt: int, queue: str) -> None:
+        from app.queue import create_arq_pool, enqueue
+
+        pool = await create_arq_pool(self.settings)
+        try:
+            await enqueue(pool, self.settings, run_id, attempt, queue)
+        finally:
+            await pool.aclose()
+
+    def poll(self, run_ids: list[str]) -> dict[str, Outcome]:
+        if not run_ids:
+            return {}
+        with Session(self.publisher.engine) as session:
+            runs = session.exec(select(Run).where(col(Run.id).in_(run_ids))).all()
+        ended: dict[str, Outcome] = {}
+        for run in runs:
+            if run.status not in TERMINAL_STATUSES:
+                continue
+            scores, corpus_hash = read_scores(self.settings.run_dir(run.id))
+            status, reason = run.status, run.failure_reason
+            if status == "completed" and scores is None:
+                status, reason = "failed", f"run {run.id} completed without {SCORECARD}"
+            ended[run.id] = Outcome(
+                status=status,
+                scores=scores or {},
+                corpus_hash=corpus_hash,
+                started_at=as_utc(run.started_at),
+                finished_at=as_utc(run.finished_at),
+                reason=reason if status != "completed" else None,
+                usage=dict(run.usage or {}),
+            )
+        return ended
+
+    def cancel(self, run_ids: list[str]) -> None:
+        from app.runs import cancel_run
+
+        for run_id in run_ids:
+            try:
+                cancel_run(self.publisher, run_id)
+            except ApiError:
+                continue  # it ended meanwhile
+
+    def stop_reason(self) -> str | None:
+        with Session(self.publisher.engine) as session:
+            run = session.get(Run, self.search_id)
+        if run is None or run.status != "running" or run.lease_token != self.lease_token:
+            return "lost"
+        return "cancel" if run.cancel_requested else None
