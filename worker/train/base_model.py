@@ -102,7 +102,8 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
 
     started = time.time()
     kwargs: dict = {"gguf_file": gguf.name, "dtype": torch.float32}
-    if hasattr(transformers, "GgufConfig"):  # newer transformers keep GGUF blocks packed unless told
+    # Newer transformers keep GGUF blocks packed (not saveable) unless told to dequantize.
+    if hasattr(transformers, "GgufConfig"):
         kwargs["quantization_config"] = transformers.GgufConfig(dequantize=True)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, **kwargs)
