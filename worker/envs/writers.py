@@ -132,10 +132,11 @@ def trace_row(world: World, turn: Turn) -> dict[str, Any]:
     }
 
 
-def router_row(world: RouteWorld, turn: Turn) -> dict[str, Any]:
-    view = world.observe(turn.state)
+def router_features(view: dict[str, Any]) -> dict[str, Any]:
+    """The `input` of a router row from a route world's observation (also what a router policy
+    sees when it is rolled out in that world)."""
     request = view["request"]
-    features = {
+    return {
         "prompt_text": request["prompt_text"],
         "complexity": request["complexity"],
         "tokens": request["tokens"],
@@ -147,6 +148,11 @@ def router_row(world: RouteWorld, turn: Turn) -> dict[str, Any]:
         "queued": view["queued"],
         "routes": view["routes"],
     }
+
+
+def router_row(world: RouteWorld, turn: Turn) -> dict[str, Any]:
+    view = world.observe(turn.state)
+    features = router_features(view)
     return {
         "input": features,
         "output": world.router_answer(turn.state, turn.action),

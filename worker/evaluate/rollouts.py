@@ -20,6 +20,7 @@ from worker.corpus.sources import compact_json, dig
 from worker.envs import FAMILIES, make_world, rollout
 from worker.envs.base import World
 from worker.envs.families import SUMMARIES
+from worker.envs.writers import router_features
 from worker.evaluate.policies import Policy
 
 WORLD_ID = re.compile(r"^(?P<family>[a-z]+)-s(?P<seed>\d+)-w(?P<index>\d+)$")
@@ -53,19 +54,7 @@ class Shaper:
         world, true_state = self.world, obs.true_state
         kind = self.source.get("type")
         if kind == "router_jsonl":
-            request = obs["request"]
-            return {
-                "prompt_text": request["prompt_text"],
-                "complexity": request["complexity"],
-                "tokens": request["tokens"],
-                "tools_needed": request["tools"],
-                "private": request["private"],
-                "latency_budget_ms": request["latency_budget_ms"],
-                "budget_left": obs["budget_left"],
-                "reserve": obs["reserve"],
-                "queued": obs["queued"],
-                "routes": obs["routes"],
-            }
+            return router_features(obs)
         if kind == "jsonl":
             items = world.assess(true_state)
             trace = {
