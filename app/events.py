@@ -102,6 +102,14 @@ class Publisher:
         for run_id, items in by_run.items():
             self._append_jsonl(run_id, items)
             self._publish_redis(run_id, items)
+        for ev in events:
+            if ev.type == "status" and ev.data.get("terminal"):
+                from app.notify import on_terminal  # webhooks: delivered on a background thread
+
+                try:
+                    on_terminal(self, event_dict(ev))
+                except Exception as exc:  # a webhook never stands in the way of a status
+                    log.warning("webhook for %s not started: %s", ev.run_id, exc)
 
     def _append_jsonl(self, run_id: str, items: list[dict[str, Any]]) -> None:
         run_dir = self.settings.run_dir(run_id)

@@ -20,7 +20,7 @@ from app.events import Publisher
 from app.live import LiveHub
 from app.queue import create_arq_pool
 from app.redisconn import sync_redis
-from app.routes import artifacts, benches, dashboard, events, health, runs
+from app.routes import artifacts, benches, dashboard, events, health, runs, uploads, workers
 from app.schemas.specs import RUN_SPEC
 from app.settings import Settings, get_settings
 
@@ -34,7 +34,9 @@ class BodyLimit:
         self.app, self.max_bytes = app, max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (
+            scope["method"] == "PUT" and "/artifacts/" in scope["path"]
+        ):  # artifact uploads stream to disk with a checksum (app/routes/uploads.py)
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
@@ -103,7 +105,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="TRM trainer service", version=__version__, lifespan=lifespan)
     errors.install(app)
     auth = [Depends(require_token)]
-    for module in (runs, events, artifacts, benches):
+    for module in (runs, events, artifacts, uploads, benches, workers):
         app.include_router(module.router, dependencies=auth)
     app.include_router(health.router)
 

@@ -159,6 +159,11 @@ class WorkerRecord(SQLModel, table=True):
     pid: int
     queues: list[str] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
     current_run_id: str | None = Field(default=None, max_length=26)
+    # From nvidia-smi at startup (worker/gpuinfo.py); None on a CPU worker.
+    gpu_name: str | None = Field(default=None, max_length=200)
+    gpu_memory_bytes: int | None = Field(
+        default=None, sa_column=sa.Column(sa.BigInteger, nullable=True)
+    )
     started_at: datetime = Field(
         default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
     )

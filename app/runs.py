@@ -64,6 +64,17 @@ def validate_spec(body: Any, settings: Settings) -> Any:
                 f"{field}: {asked} is over this server's limit of {limit}",
                 [{"field": field, "message": f"at most {limit}"}],
             )
+    if spec.notify is not None:
+        from app.notify import check_notify_url
+
+        refusal = check_notify_url(spec.notify.url, settings)
+        if refusal:
+            raise ApiError(
+                422,
+                "validation_error",
+                f"notify.url: {refusal}",
+                [{"field": "notify.url", "message": refusal}],
+            )
     from worker.kinds import missing_stages  # light module: names only, no heavy imports
 
     missing = missing_stages(spec.kind, spec.dry_run)

@@ -25,7 +25,30 @@ class TransitionError(RuntimeError):
     pass
 
 
+def next_action(run: Run) -> str:
+    """What an agent following the run should do now (SKILL.md's rule: done only when `completed`
+    and every stage manifest says so)."""
+    base = f"/runs/{run.id}"
+    if run.status == "completed":
+        return (
+            f"check every stage manifest says completed (GET {base}), then read "
+            f"{base}/artifacts/summary.json and report"
+        )
+    if run.status == "failed":
+        if run.failure_class == "bad_input":
+            return "fix the spec (see failure_reason) and resubmit with a new Idempotency-Key"
+        if run.failure_class in ("dependency", "oom"):
+            return "report failure_reason; fix what it names, then resubmit with a new key"
+        return f"report the failure; read {base}/artifacts for the failed stage's manifest"
+    if run.status == "cancelled":
+        return "nothing to do; resubmit with a new Idempotency-Key to run it again"
+    if run.status == "interrupted":
+        return f"wait: it is re-queued (attempt {run.attempt} of {run.max_attempts})"
+    return f"wait: follow {base}/events or poll {base}/card?format=text; not done yet"
+
+
 def status_payload(run: Run, previous: str | None) -> dict[str, Any]:
+    terminal = run.status in TERMINAL_STATUSES
     return {
         "run_id": run.id,
         "kind": run.kind,
@@ -34,11 +57,15 @@ def status_payload(run: Run, previous: str | None) -> dict[str, Any]:
         "attempt": run.attempt,
         "worker_id": run.worker_id,
         "phase": run.phase,
+        "stage": run.phase if run.status == "running" else None,
         "percent": run.percent,
+        "manifest_path": f"{run.phase}/manifest.json" if run.phase and not terminal else None,
+        "summary_path": "summary.json" if terminal and run.status != "cancelled" else None,
         "failure_class": run.failure_class,
         "failure_reason": run.failure_reason,
         "stopped_by": run.stopped_by,
-        "terminal": run.status in TERMINAL_STATUSES,
+        "terminal": terminal,
+        "next_action": next_action(run),
     }
 
 

@@ -42,6 +42,17 @@ class Settings(BaseSettings):
     max_candidates: int = 10_000
     max_seconds: int = 30 * 24 * 3600
 
+    # Webhooks (app/notify.py): the HMAC-SHA256 key for `X-TRM-Signature`, and the hosts besides
+    # loopback a spec's `notify.url` may name (comma-separated; `*.example.com` for subdomains).
+    notify_secret: SecretStr | None = None
+    notify_allow: str = ""
+    notify_attempts: int = 5
+    notify_backoff_s: float = 1.0
+    notify_timeout_s: float = 5.0
+    # Workers on other hosts (worker/artifact_sync.py): where each stage's files go, `http://api:8000`
+    # or `file:///shared/runs`; unset when RUNS_DIR is shared (or one box).
+    artifact_upload_url: str | None = None
+
     api_host: str = "127.0.0.1"
     api_port: int = 8000
     worker_id: str | None = Field(default=None, description="defaults to host:pid")

@@ -18,6 +18,7 @@ from app.models import WorkerRecord, utcnow
 from app.queue import arq_redis_settings, create_arq_pool
 from app.redisconn import sync_redis
 from app.settings import Settings, get_settings
+from worker.gpuinfo import detect_gpu
 from worker.reconciler import reconcile_once
 from worker.runner import Runner
 
@@ -50,6 +51,9 @@ async def startup(ctx: dict[str, Any]) -> None:
             id=worker_id, host=socket.gethostname(), pid=os.getpid(), queues=[]
         )
         record.queues, record.heartbeat_at = list(ctx.get("queues", ["gpu"])), utcnow()
+        gpu = detect_gpu()
+        record.gpu_name = gpu.name if gpu else None
+        record.gpu_memory_bytes = gpu.memory_bytes if gpu else None
         session.add(record)
     ctx["pool"] = await create_arq_pool(settings)
     ctx["background"] = asyncio.create_task(_background(ctx))

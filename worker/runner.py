@@ -21,6 +21,7 @@ from app.events import Publisher
 from app.models import Run, Stage, utcnow
 from app.runstate import set_status
 from app.settings import Settings
+from worker.artifact_sync import sync_stage
 from worker.child import ChildStage, load_ref, run_stage
 from worker.context import StageContext, StageFailure
 from worker.kinds import KINDS, PLANNERS, StageDef
@@ -165,6 +166,7 @@ class Runner:
             if lease.lost.is_set():
                 return Ending("lost")
             stage_ending = self._record_outcome(recorder, manifest, position, ctx, outcome)
+            sync_stage(self.settings, run.id, ctx.run_dir, None, publisher=self.publisher)
             if stage_ending is not None and ending is None:
                 ending = stage_ending
             percent += span
@@ -276,6 +278,8 @@ class Runner:
             return Ending("failed", exc.failure_class, f"dry run: {exc.reason}")
         for position, stage in enumerate(KINDS[run.kind]):
             recorder.mark(stage.name, position, "planned", plans.get(stage.name))
+        run_dir = self.settings.run_dir(run.id)
+        sync_stage(self.settings, run.id, run_dir, None, publisher=self.publisher)
         return Ending("completed")
 
     # -- finish --------------------------------------------------------------------------------
@@ -290,6 +294,10 @@ class Runner:
             "failure_reason": ending.reason if ending.status in ("failed", "interrupted") else None,
             "stopped_by": ending.stopped_by,
         }
+        # summary.json is on disk before the terminal status is visible to anyone (SSE, webhooks).
+        run_dir = self.settings.run_dir(run.id)
+        summary = run_dir / "summary.json"
+        write_json_atomic(summary, self._summary(run, ending, usage))
         try:
             with self.publisher.transaction() as tx:
                 fresh = tx.session.get(Run, run.id)
@@ -305,10 +313,10 @@ class Runner:
                     raise _MovedOn
         except _MovedOn:
             log.warning("run %s moved on before %s could be recorded", run.id, ending.status)
+            summary.unlink(missing_ok=True)  # the attempt that now holds the run writes its own
             return
-        run_dir = self.settings.run_dir(run.id)
         write_snapshot(card, run_dir)
-        write_json_atomic(run_dir / "summary.json", self._summary(fresh, ending, usage))
+        sync_stage(self.settings, run.id, run_dir, None, publisher=self.publisher)
 
     def _summary(self, run: Run, ending: Ending, usage: Usage) -> dict[str, Any]:
         with self.publisher.transaction() as tx:

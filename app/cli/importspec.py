@@ -82,6 +82,31 @@ DETECTORS: list[Detector] = [
 ]
 
 
+def _upstream_detectors() -> list[Detector]:
+    """The skill's router training spec and PrimeHub bench specs (worker/upstream/)."""
+    from worker.upstream import benches, training
+
+    return [
+        Detector(
+            "PrimeHub bench spec",
+            benches.looks_like_skill_primehub_spec,
+            benches.translate_primehub_spec,
+            "RunSpec",
+            _run_spec_validate,
+        ),
+        Detector(
+            "router training spec",
+            training.looks_like_skill_training_spec,
+            training.translate_training_spec,
+            "RunSpec",
+            _run_spec_validate,
+        ),
+    ]
+
+
+DETECTORS += _upstream_detectors()
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "import-spec", help="translate a spec file of the original skill into ours"

@@ -84,14 +84,18 @@ async def submit_run(
     format: Annotated[str | None, Query(pattern="^(trm|skill)$")] = None,
 ) -> JSONResponse:
     """Queue a run. Same `Idempotency-Key` and body: the same run; another body: 409."""
-    if format == "skill":
-        raise ApiError(
-            501,
-            "not_implemented",
-            "format=skill (the original skill's spec files) is not available yet; "
-            "use `trm import-spec FILE` to translate one",
-        )
     body = parse_json(await request.body())
+    if format == "skill":
+        from worker.upstream import error_details, translate_skill_spec
+
+        body, warnings, problems = await run_in_threadpool(
+            translate_skill_spec, body, app.settings.data_dir
+        )
+        if problems:
+            first = problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+            raise ApiError(422, "validation_error", first, error_details(problems))
+        run, created = await accept_run(app, body, idempotency_key)
+        return accepted(run, created, {"warnings": warnings, "translated_spec": body})
     return accepted(*await accept_run(app, body, idempotency_key))
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
@@ -11,7 +11,7 @@ from sqlmodel import Session, col, select
 
 from app.db import as_utc
 from app.deps import AppState, session, state
-from app.models import WorkerRecord, utcnow
+from app.models import Run, WorkerRecord, utcnow
 
 router = APIRouter(tags=["workers"])
 
@@ -37,7 +37,9 @@ class WorkerList(BaseModel):
     stale_after_s: float
 
 
-def worker_out(record: WorkerRecord, now: datetime, stale_after_s: float) -> WorkerOut:
+def worker_out(
+    record: WorkerRecord, now: datetime, stale_after_s: float, running: dict[str, str | None]
+) -> WorkerOut:
     beat = as_utc(record.heartbeat_at)
     age = (now - beat).total_seconds() if beat else None
     alive = age is not None and age <= stale_after_s
@@ -48,8 +50,11 @@ def worker_out(record: WorkerRecord, now: datetime, stale_after_s: float) -> Wor
         queues=list(record.queues or []),
         gpu_name=getattr(record, "gpu_name", None),
         gpu_memory_bytes=getattr(record, "gpu_memory_bytes", None),
-        # A dead worker's last run is not its current one: the reconciler has moved it on.
-        current_run_id=record.current_run_id if alive else None,
+        # The registry row keeps the last run it beat for; it is current only while that run is
+        # still running on this worker (a finished or re-queued run has moved on).
+        current_run_id=record.current_run_id
+        if running.get(record.current_run_id or "") == record.id
+        else None,
         started_at=as_utc(record.started_at),
         heartbeat_at=beat,
         heartbeat_age_s=round(age, 3) if age is not None else None,
@@ -65,11 +70,15 @@ def list_workers(
     now = utcnow()
     stale = app.settings.stale_after_s
     rows = db.exec(select(WorkerRecord).order_by(col(WorkerRecord.heartbeat_at).desc())).all()
-    workers = [worker_out(r, now, stale) for r in rows]
-    return WorkerList(
-        workers=workers, alive=sum(w.alive for w in workers), stale_after_s=stale
+    claimed = [r.current_run_id for r in rows if r.current_run_id]
+    running = dict(
+        db.exec(
+            select(Run.id, Run.worker_id).where(
+                col(Run.id).in_(claimed), col(Run.status) == "running"
+            )
+        ).all()
+        if claimed
+        else []
     )
-
-
-def alive_after(stale_after_s: float) -> datetime:
-    return utcnow() - timedelta(seconds=stale_after_s)
+    workers = [worker_out(r, now, stale, running) for r in rows]
+    return WorkerList(workers=workers, alive=sum(w.alive for w in workers), stale_after_s=stale)

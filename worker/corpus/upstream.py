@@ -40,6 +40,8 @@ def looks_like_skill_corpus_spec(data: Any) -> bool:
         return False
     if "kind" in data or "split" in data and isinstance(data["split"], dict) or "knobs" in data:
         return False
+    if {"base_model", "lora_r", "trainer"} & set(data):  # a training spec that embeds sources
+        return False
     return bool(_SKILL_ONLY_KEYS & set(data)) or "dedupe" in data
 
 

@@ -118,7 +118,10 @@ def looks_like_skill_routerbench_spec(data: Any) -> bool:
     if not isinstance(data, dict) or "kind" in data:
         return False
     named = str(data.get("bench") or data.get("name") or data.get("bench_name") or "").lower()
-    return "routerbench" in named.replace("-", "").replace("_", "") or "template_root" in data
+    named = named.replace("-", "").replace("_", "")
+    if "primehub" in named:  # the PrimeHub bench specs share keys such as template_root
+        return False
+    return "routerbench" in named or "template_root" in data
 
 
 class _Reader:
