@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
+from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlmodel import Session, create_engine
 
 from app.settings import Settings, get_settings
 
+log = logging.getLogger("trm.db")
+T = TypeVar("T")
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
 
@@ -64,6 +69,21 @@ def session_scope(engine: sa.Engine) -> Iterator[Session]:
         except BaseException:
             session.rollback()
             raise
+
+
+def retrying(fn: Callable[[], T], for_s: float, what: str) -> T:
+    """Run `fn` (one whole transaction) again while the database is unreachable, for up to
+    `for_s` seconds. Workers use it for their writes; the API (for_s=0) answers 503 at once."""
+    deadline, delay = time.monotonic() + for_s, 0.1
+    while True:
+        try:
+            return fn()
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("%s: database unreachable (%s); retrying", what, type(exc).__name__)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 def as_utc(value: datetime | None) -> datetime | None:

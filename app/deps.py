@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,8 +32,14 @@ def state(request: Request) -> AppState:
 
 
 def session(request: Request) -> Iterator[Session]:
-    with Session(state(request).engine, expire_on_commit=False) as s:
+    s = Session(state(request).engine, expire_on_commit=False)
+    try:
         yield s
+    finally:
+        # With the database gone, close() fails too, after the 503 was sent: that would cut the
+        # connection instead of answering. The pool drops the dead connection either way.
+        with contextlib.suppress(sa.exc.SQLAlchemyError):
+            s.close()
 
 
 def require_token(request: Request) -> None:

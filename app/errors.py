@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -118,6 +119,22 @@ def install(app: FastAPI) -> None:
         return JSONResponse(
             error_body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
         )
+
+    async def _database_down(_req: Request, exc: Exception) -> JSONResponse:
+        log.warning("database unreachable: %s", type(exc).__name__)
+        return JSONResponse(
+            error_body(
+                "unavailable",
+                "the database is not answering; the request was not applied, try again shortly "
+                "(a POST /runs with the same Idempotency-Key is safe to repeat)",
+                {"retry_after_s": 2},
+            ),
+            status_code=503,
+            headers={"Retry-After": "2"},
+        )
+
+    for klass in (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError):
+        app.add_exception_handler(klass, _database_down)
 
     @app.exception_handler(Exception)
     async def _unexpected(_req: Request, exc: Exception) -> JSONResponse:

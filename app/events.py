@@ -20,7 +20,7 @@ import redis
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from app.db import as_utc, session_scope
+from app.db import as_utc, retrying, session_scope
 from app.models import Event, Run, utcnow
 from app.redisconn import events_channel
 from app.settings import Settings
@@ -79,8 +79,15 @@ class Tx:
 
 
 class Publisher:
-    def __init__(self, engine: sa.Engine, redis_client: redis.Redis | None, settings: Settings):
+    def __init__(
+        self,
+        engine: sa.Engine,
+        redis_client: redis.Redis | None,
+        settings: Settings,
+        retry_s: float = 0.0,
+    ):
         self.engine, self.redis, self.settings = engine, redis_client, settings
+        self.retry_s = retry_s  # workers: settings.db_retry_s; the API: 0 (it answers 503)
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
@@ -91,9 +98,11 @@ class Publisher:
         self.fan_out(tx.emitted)
 
     def publish(self, run_id: str, type: str, data: dict[str, Any]) -> dict[str, Any]:
-        with self.transaction() as tx:
-            ev = tx.emit(run_id, type, data)
-        return event_dict(ev)
+        def once() -> Event:
+            with self.transaction() as tx:
+                return tx.emit(run_id, type, data)
+
+        return event_dict(retrying(once, self.retry_s, f"{type} event of {run_id}"))
 
     def fan_out(self, events: list[Event]) -> None:
         by_run: dict[str, list[dict[str, Any]]] = {}

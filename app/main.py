@@ -11,6 +11,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__, errors
@@ -102,7 +104,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if trm.pool is not None:
             await trm.pool.close()
 
-    app = FastAPI(title="TRM trainer service", version=__version__, lifespan=lifespan)
+    # /openapi.json and /docs are served below behind the token like every route but /healthz.
+    app = FastAPI(
+        title="TRM trainer service",
+        version=__version__,
+        lifespan=lifespan,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
     errors.install(app)
     auth = [Depends(require_token)]
     for module in (runs, events, artifacts, uploads, benches, workers):
@@ -126,5 +136,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+    @app.get("/openapi.json", dependencies=auth, include_in_schema=False)
+    def openapi_json() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", dependencies=auth, include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=app.title)
+
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app

@@ -76,6 +76,9 @@ def safe_artifact(run_dir: Path, rel: str) -> Path:
         raise ApiError(
             400, "bad_path", f"artifact path {rel!r} must be relative to the run directory"
         )
+    if any(part.startswith(".") and part not in (".", "..") for part in Path(rel).parts):
+        # the worker's own files (.child.json, .outcome.json): not artifacts, like the listing
+        raise ApiError(404, "not_found", f"no artifact {rel!r}", {"path": rel})
     target = run_dir / rel
     if not under(run_dir, target):
         raise ApiError(400, "bad_path", f"artifact path {rel!r} leaves the run directory")

@@ -39,7 +39,7 @@ def validate_spec(body: Any, settings: Settings) -> Any:
             [{"field": "body", "message": "expected an object"}],
         )
     kind = body.get("kind")
-    if kind not in SPEC_MODELS:
+    if not isinstance(kind, str) or kind not in SPEC_MODELS:
         allowed = ", ".join(sorted(SPEC_MODELS))
         raise ApiError(
             422,

@@ -32,6 +32,11 @@ class Settings(BaseSettings):
     # A queued run this old that Redis no longer holds is enqueued again.
     requeue_after_s: float = 5.0
 
+    # Workers retry a write this long while the database is unreachable (the API answers 503).
+    db_retry_s: float = 60.0
+    # A stage in a child process that publishes nothing (no step, no card) this long is `stalled`.
+    stall_s: float = 1800.0
+
     job_timeout_s: int = 7 * 24 * 3600
     poll_delay_s: float = 0.005
     sse_keepalive_s: float = 15.0

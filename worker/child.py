@@ -14,6 +14,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +32,8 @@ from worker.manifests import write_json_atomic
 PAYLOAD = ".child.json"
 OUTCOME = ".outcome.json"
 STOP_SIGNALS = {"cancel": signal.SIGTERM, "shutdown": signal.SIGUSR1}
+# Never written to the payload file (it lies in the run dir); the child gets them in its env.
+SECRET_SETTINGS = {"api_token", "database_url", "redis_url"}
 
 
 def load_ref(ref: str) -> Callable[[StageContext, dict[str, Any]], dict[str, Any] | None]:
@@ -66,8 +70,8 @@ def run_stage(fn_ref: str, ctx: StageContext) -> dict[str, Any]:
 class ChildStage:
     """Parent side: start the child, signal it, and read its outcome."""
 
-    def __init__(self, ctx: StageContext, ref: str) -> None:
-        self.ctx, self.ref = ctx, ref
+    def __init__(self, ctx: StageContext, ref: str, lease_token: int | None = None) -> None:
+        self.ctx, self.ref, self.lease_token = ctx, ref, lease_token
         self.proc: subprocess.Popen[bytes] | None = None
         self.signalled: str | None = None
 
@@ -77,12 +81,13 @@ class ChildStage:
         payload = {
             "ref": self.ref,
             "parent_pid": os.getpid(),
+            "lease_token": self.lease_token,
             "run_id": self.ctx.run_id,
             "kind": self.ctx.kind,
             "stage": self.ctx.stage,
             "attempt": self.ctx.attempt,
             "run_dir": str(self.ctx.run_dir),
-            "settings": self.ctx.settings.model_dump(mode="json", exclude={"api_token"}),
+            "settings": self.ctx.settings.model_dump(mode="json", exclude=SECRET_SETTINGS),
             "card": self.ctx.card.model_dump(),
             "spec": self.ctx.spec,
             "deadline": self.ctx.deadline,
@@ -97,10 +102,18 @@ class ChildStage:
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            env=self._env(),
             start_new_session=True,  # a Ctrl-C at the worker's terminal is the worker's to handle
         )
         log.close()
         return self.proc.pid
+
+    def _env(self) -> dict[str, str]:
+        settings = self.ctx.settings
+        env = {**os.environ, "TRM_DATABASE_URL": settings.database_url}
+        if settings.redis_url:
+            env["TRM_REDIS_URL"] = settings.redis_url
+        return env
 
     def poll(self) -> int | None:
         assert self.proc is not None
@@ -155,13 +168,38 @@ def _stopper(ctx: StageContext, reason: str) -> Callable[[int, Any], None]:
     return handler
 
 
+def _fence(ctx: StageContext, engine: object, token: int) -> None:
+    """The trainer's own fence: when the run's lease moved on (the worker froze or was cut off
+    and the run went to another worker), stop at the next step boundary, as on shutdown."""
+    import sqlalchemy as sa
+    from sqlmodel import col
+
+    from app.models import Run
+
+    while ctx.stop_reason is None:
+        time.sleep(ctx.settings.heartbeat_s)
+        try:
+            with engine.connect() as conn:  # type: ignore[attr-defined]
+                row = conn.execute(
+                    sa.select(col(Run.lease_token), col(Run.status)).where(
+                        col(Run.id) == ctx.run_id
+                    )
+                ).first()
+        except sa.exc.SQLAlchemyError:
+            continue  # no evidence either way; the worker's lease thread decides
+        if row is None or row.lease_token != token or row.status != "running":
+            ctx.stop_reason = "shutdown"
+            return
+
+
 def main(payload_path: str) -> int:
     payload = json.loads(Path(payload_path).read_text())
     _die_with_parent()
     if os.getppid() != payload["parent_pid"]:
         return 3
     settings = Settings(**payload["settings"])
-    publisher = Publisher(make_engine(settings.database_url), sync_redis(settings), settings)
+    engine = make_engine(settings.database_url)
+    publisher = Publisher(engine, sync_redis(settings), settings, retry_s=settings.db_retry_s)
     ctx = StageContext(
         run_id=payload["run_id"],
         kind=payload["kind"],
@@ -179,6 +217,10 @@ def main(payload_path: str) -> int:
     )
     for reason, sig in STOP_SIGNALS.items():
         signal.signal(sig, _stopper(ctx, reason))
+    if payload.get("lease_token") is not None:
+        threading.Thread(
+            target=_fence, args=(ctx, engine, payload["lease_token"]), daemon=True
+        ).start()
     outcome = run_stage(payload["ref"], ctx)
     write_json_atomic(ctx.stage_dir / OUTCOME, outcome)
     return 0

@@ -30,6 +30,9 @@ class Lease(threading.Thread):
         self._halt = threading.Event()
         self.pids: list[int] = []
         self.peak_rss = 0
+        # When the run last published anything (its event_seq moved): the runner's stall clock.
+        self.progress_at = time.monotonic()
+        self._seq = -1
 
     def stop(self) -> None:
         self._halt.set()
@@ -43,7 +46,10 @@ class Lease(threading.Thread):
                 with Session(self.engine) as session:
                     row = session.execute(
                         sa.select(
-                            col(Run.status), col(Run.lease_token), col(Run.cancel_requested)
+                            col(Run.status),
+                            col(Run.lease_token),
+                            col(Run.cancel_requested),
+                            col(Run.event_seq),
                         ).where(col(Run.id) == self.run_id)
                     ).first()
                     if row is None or row.lease_token != self.token or row.status != "running":
@@ -51,6 +57,8 @@ class Lease(threading.Thread):
                         return
                     if row.cancel_requested:
                         self.cancelled.set()
+                    if row.event_seq != self._seq:
+                        self._seq, self.progress_at = row.event_seq, time.monotonic()
                     if time.monotonic() - last_beat >= self.settings.heartbeat_s:
                         self._beat(session)
                         last_beat = time.monotonic()

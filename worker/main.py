@@ -39,7 +39,7 @@ async def startup(ctx: dict[str, Any]) -> None:
     engine = get_engine(settings)
     check_migrated(engine)
     worker_id = settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
-    publisher = Publisher(engine, sync_redis(settings), settings)
+    publisher = Publisher(engine, sync_redis(settings), settings, retry_s=settings.db_retry_s)
     ctx.update(
         settings=settings,
         publisher=publisher,
@@ -74,12 +74,15 @@ async def shutdown(ctx: dict[str, Any]) -> None:
 async def _background(ctx: dict[str, Any]) -> None:
     """Reconcile now and every few seconds; keep this worker's registry row fresh."""
     settings: Settings = ctx["settings"]
+    blind_until = 0.0  # after a failed pass, heartbeats written meanwhile may not be visible yet
     while True:
         try:
-            await reconcile_once(settings, ctx["publisher"], ctx["pool"])
+            judge = asyncio.get_running_loop().time() >= blind_until
+            await reconcile_once(settings, ctx["publisher"], ctx["pool"], judge_stale=judge)
             await asyncio.to_thread(_beat, ctx)
         except Exception as exc:  # the database or Redis is down: try again next round
             log.warning("reconcile pass failed: %s", exc)
+            blind_until = asyncio.get_running_loop().time() + settings.stale_after_s
         await asyncio.sleep(settings.reconcile_every_s)
 
 
@@ -89,6 +92,19 @@ def _beat(ctx: dict[str, Any]) -> None:
         if record:
             record.heartbeat_at = utcnow()
             session.add(record)
+
+
+async def _keep_polling(worker: Worker, stopping: asyncio.Event) -> None:
+    """arq's poll loop ends at the first Redis error (a restart, a failover): poll again, or the
+    queue would have no consumer while the worker still heartbeats as alive."""
+    while not stopping.is_set():
+        try:
+            await worker.main()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("polling %s failed (%s); polling again in 1s", worker.queue_name, exc)
+            await asyncio.sleep(1.0)
 
 
 class WorkerSettings:
@@ -126,7 +142,7 @@ async def serve(settings: Settings, queues: list[str]) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
-    mains = [asyncio.create_task(w.main()) for w in workers]
+    mains = [asyncio.create_task(_keep_polling(w, stopping)) for w in workers]
     log.info("worker %s serving %s", ctx["worker_id"], ", ".join(queues))
     await stopping.wait()
     # Graceful: stop taking jobs, let running stages save and mark their runs interrupted.

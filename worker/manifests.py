@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlmodel import select
 
+from app.db import retrying
 from app.events import Publisher
 from app.models import Stage, utcnow
 
@@ -102,6 +103,20 @@ class StageRecorder:
         started = datetime.fromisoformat(manifest["started_at"]) if manifest["started_at"] else None
         done = manifest["completed_at"]
         completed = datetime.fromisoformat(done) if done else None
+        retrying(
+            lambda: self._store(manifest, position, stage, started, completed),
+            self.publisher.retry_s,
+            f"{stage} manifest of {self.run_id}",
+        )
+
+    def _store(
+        self,
+        manifest: dict[str, Any],
+        position: int,
+        stage: str,
+        started: datetime | None,
+        completed: datetime | None,
+    ) -> None:
         with self.publisher.transaction() as tx:
             row = tx.session.exec(
                 select(Stage).where(Stage.run_id == self.run_id, Stage.name == stage)

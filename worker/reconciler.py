@@ -37,17 +37,22 @@ class Pass:
     enqueued: list[str] = field(default_factory=list)
 
 
-def reclaim(settings: Settings, publisher: Publisher) -> Pass:
-    """The database half of a pass; returns what must be (re)enqueued."""
+def reclaim(settings: Settings, publisher: Publisher, judge_stale: bool = True) -> Pass:
+    """The database half of a pass; returns what must be (re)enqueued. `judge_stale=False`
+    (this worker just lost the database itself) leaves running runs alone this pass."""
     result = Pass()
     now = utcnow()
     stale_before = now - timedelta(seconds=settings.stale_after_s)
     with publisher.transaction() as tx:
-        stale = tx.session.exec(
-            select(Run)
-            .where(Run.status == "running", col(Run.heartbeat_at) < stale_before)
-            .limit(BATCH)
-        ).all()
+        stale = (
+            tx.session.exec(
+                select(Run)
+                .where(Run.status == "running", col(Run.heartbeat_at) < stale_before)
+                .limit(BATCH)
+            ).all()
+            if judge_stale
+            else []
+        )
         for run in stale:
             age = (now - as_utc(run.heartbeat_at)).total_seconds()  # type: ignore[operator]
             attempts = [dict(a) for a in (run.attempts or [])]
@@ -101,10 +106,12 @@ def reclaim(settings: Settings, publisher: Publisher) -> Pass:
     return result
 
 
-async def reconcile_once(settings: Settings, publisher: Publisher, pool: ArqRedis) -> Pass:
+async def reconcile_once(
+    settings: Settings, publisher: Publisher, pool: ArqRedis, judge_stale: bool = True
+) -> Pass:
     import asyncio
 
-    result = await asyncio.to_thread(reclaim, settings, publisher)
+    result = await asyncio.to_thread(reclaim, settings, publisher, judge_stale)
     for run_id, attempt, queue in result.to_enqueue:
         if await enqueue(pool, settings, run_id, attempt, queue):
             result.enqueued.append(run_id)

@@ -17,6 +17,7 @@ from typing import Any
 from sqlmodel import col, select
 
 from app.card import Card, measure_ram, write_snapshot
+from app.db import retrying
 from app.events import Publisher
 from app.models import Run, Stage, utcnow
 from app.runstate import set_status
@@ -204,11 +205,17 @@ class Runner:
         if not stage.in_child:
             ctx.stop_probe = lambda: self._stop_reason(lease, None)
             return run_stage(stage.ref, ctx)
-        child = ChildStage(ctx, stage.ref)
+        child = ChildStage(ctx, stage.ref, lease.token)
         lease.pids.append(child.start())
         signalled_at: float | None = None
+        stall_s = self.settings.stall_s
+        stalled = False
         while child.poll() is None:
             time.sleep(POLL_S)
+            silent = time.monotonic() - lease.progress_at
+            if not stalled and signalled_at is None and silent > stall_s:
+                stalled = True  # alive but silent: a hang, not a slow step; it cannot save anyway
+                child.kill()
             reason = "lost" if lease.lost.is_set() else self._stop_reason(lease, None)
             if reason and signalled_at is None:
                 child.stop("cancel" if reason == "lost" else reason)
@@ -218,7 +225,11 @@ class Runner:
                 and time.monotonic() - signalled_at > self.settings.cancel_grace_s
             ):
                 child.kill()
-        return child.outcome()
+        outcome = child.outcome()
+        if stalled:
+            reason = f"no progress for {stall_s:.0f}s (no step, card or log); stage process killed"
+            return {**outcome, "ok": False, "failure_class": "stalled", "reason": reason}
+        return outcome
 
     def _record_outcome(
         self,
@@ -298,7 +309,8 @@ class Runner:
         run_dir = self.settings.run_dir(run.id)
         summary = run_dir / "summary.json"
         write_json_atomic(summary, self._summary(run, ending, usage))
-        try:
+
+        def record_end() -> Card:
             with self.publisher.transaction() as tx:
                 fresh = tx.session.get(Run, run.id)
                 assert fresh is not None
@@ -311,6 +323,10 @@ class Runner:
                 tx.emit(run.id, "card", card.model_dump())  # before the terminal status ends SSE
                 if not set_status(tx, fresh, ending.status, expect_lease=run.lease_token, **fields):
                     raise _MovedOn
+            return card
+
+        try:
+            card = retrying(record_end, self.settings.db_retry_s, f"end of {run.id}")
         except _MovedOn:
             log.warning("run %s moved on before %s could be recorded", run.id, ending.status)
             summary.unlink(missing_ok=True)  # the attempt that now holds the run writes its own

@@ -65,6 +65,8 @@ class SelftestSpec(CommonSpec):
     step_seconds: float = Field(default=0.05, ge=0, le=60)
     checkpoint_every: int = Field(default=1, ge=1)
     fail_at_step: int | None = Field(default=None, ge=1)
+    # Hang (no progress, no exit) after this step: exercises stall detection (TRM_STALL_S).
+    stall_at_step: int | None = Field(default=None, ge=1)
     queue: Literal["gpu", "cpu"] = "cpu"
 
 

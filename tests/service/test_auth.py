@@ -24,7 +24,8 @@ def guarded(env: dict[str, str], migrated: Settings, tmp_path: Path):  # type: i
 def test_token_is_required_everywhere_but_healthz(guarded: Service) -> None:
     http = guarded.http
     assert http.get("/healthz").status_code == 200
-    for path in ("/runs", "/readyz", "/metrics", "/"):
+    assert http.get("/").status_code == 200  # the dashboard's page shell: it asks for the token
+    for path in ("/runs", "/readyz", "/metrics", "/openapi.json", "/workers", "/benches"):
         response = http.get(path)
         assert response.status_code == 401, path
         assert response.json()["error"]["code"] == "unauthorized"

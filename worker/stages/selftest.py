@@ -52,6 +52,8 @@ def loop(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
             write_json_atomic(checkpoint, {"step": step})
         ctx.count("steps_run")
         ctx.progress(step, steps, loss=round(1.0 / step, 6))
+        while spec.get("stall_at_step") == step:  # a hang: alive, silent, deaf to should_stop
+            time.sleep(1.0)
     result = {"final_step": step, "steps": steps}
     out = ctx.stage_dir / "result.json"
     write_json_atomic(out, result)

@@ -1,0 +1,288 @@
+"""Benchmark: our `qlora` trainer against the skill's original recipe (TRL SFTTrainer).
+
+    .venv/bin/python bench/train_throughput.py [--steps 3] [--shape qwen2.5-0.5b] [--keep DIR]
+
+Same machine, same base model (4-bit NF4, double quant, same LoRA), same corpus (`route` play logs
+through the corpus builder, `action_only`), same effective batch (16 rows per optimizer step):
+- baseline: TRL `SFTTrainer`, batch 1 x accumulation 16, sequences up to 512 tokens, loss on the
+  whole conversation, no packing (TRL's defaults otherwise: gradient checkpointing on);
+- ours: `worker.train.qlora.train`, micro-batch 8 x accumulation 2, sequences up to 512, packing,
+  loss on the assistant tokens.
+Each side runs in its own process for `--steps` timed optimizer steps after one warm-up step;
+the table shows real (non-padding) training tokens per second, and the ratio (target >= 1.5x).
+A third process runs ours at micro-batch 8 x 256 tokens and reports its peak RSS (target < 3 GB
+for SmolLM2-135M). `--shape` trains a randomly initialised model of a real architecture's size
+instead (throughput needs no pretrained weights); on CUDA (bf16 compute, paged 8-bit AdamW) the
+table adds peak VRAM and MFU against a measured bf16 matmul rate. The service-overhead target
+(runs through the API) is measured with the running service, not here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+TARGET_RATIO = 1.5
+TARGET_RSS_GB = 3.0
+EFFECTIVE_BATCH = 16
+SHAPES: dict[str, dict[str, Any]] = {  # Qwen2.5 sizes from their published configs
+    "qwen2.5-0.5b": {
+        "model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
+        "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+        "vocab_size": 151936, "tie_word_embeddings": True,
+    },
+    "qwen2.5-1.5b": {
+        "model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960,
+        "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
+        "vocab_size": 151936, "tie_word_embeddings": True,
+    },
+}  # fmt: skip
+
+
+def build_corpus(root: Path) -> Path:
+    from app.schemas.corpus import CorpusSpec
+    from worker.corpus import build_corpus as build
+    from worker.envs import generate
+
+    generate(root / "play", families=["route"], worlds=6, episodes=8, seed=0)
+    source = {"type": "trm_play_root", "name": "route", "path": str(root / "play")}
+    build(CorpusSpec.model_validate({"sources": [source]}), root / "corpus")
+    return root / "corpus"
+
+
+def build_shape(name: str, cache: Path) -> str:
+    """A random model with `name`'s shape and SmolLM2's tokenizer, saved once into the cache."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from worker.train.base_model import BUILTIN, resolve_base_model
+
+    folder = cache / f"shape-{name}"
+    if not (folder / "config.json").exists():
+        tokenizer = AutoTokenizer.from_pretrained(resolve_base_model(BUILTIN, cache))
+        shape = dict(SHAPES[name])
+        config = AutoConfig.for_model(shape.pop("model_type"), **shape)
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+# ---- one side per process ----------------------------------------------------------------------
+def run_ours(args: argparse.Namespace) -> dict[str, Any]:
+    from worker.train import qlora
+    from worker.train.callbacks import TrainerCallbacks
+
+    callbacks = TrainerCallbacks()
+    config = {
+        "base_model": args.base_model, "micro_batch": args.micro_batch,
+        "grad_accum": EFFECTIVE_BATCH // args.micro_batch, "max_seq_len": args.seq,
+        "max_steps": args.steps + 1, "eval_every": 10**6, "checkpoint_every": 10**6,
+    }  # fmt: skip
+    out = Path(tempfile.mkdtemp(prefix="ours-", dir=args.work))
+    result = qlora.train(
+        config, args.corpus, out, callbacks,
+        seed=0, contract="action_only", probe=False, model_cache=args.model_cache,
+    )  # fmt: skip
+    timed = callbacks.steps[1:]
+    return {
+        "tokens": sum(s["tokens"] for s in timed),
+        "seconds": sum(s["seconds"] for s in timed),
+        "loss": result["final_loss"],
+        "vram": result["peak_vram_bytes"],
+        "params": params_of(args.base_model, args.model_cache),
+    }
+
+
+def run_trl(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    from worker.train.base_model import resolve_base_model
+    from worker.train.qlora import load_4bit, read_messages
+
+    base_dir = resolve_base_model(args.base_model, args.model_cache)
+    cuda = torch.cuda.is_available()
+    dtype = torch.bfloat16 if cuda else torch.float32
+    model = load_4bit(base_dir, torch.device("cuda" if cuda else "cpu"), dtype)
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    rows = [{"messages": r["messages"]} for r in read_messages(args.corpus / "messages.jsonl")]
+    marks: list[tuple[float, int]] = []
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, targs, state, control, **kwargs):
+            marks.append((time.perf_counter(), state.num_input_tokens_seen))
+
+        def on_train_begin(self, targs, state, control, **kwargs):
+            marks.append((time.perf_counter(), 0))
+
+    config = SFTConfig(
+        output_dir=str(Path(tempfile.mkdtemp(prefix="trl-", dir=args.work))),
+        per_device_train_batch_size=1, gradient_accumulation_steps=EFFECTIVE_BATCH,
+        max_length=512, packing=False, assistant_only_loss=False, learning_rate=2e-4,
+        max_steps=args.steps + 1, logging_steps=10**6, save_strategy="no", report_to=[],
+        bf16=cuda, use_cpu=not cuda, optim="paged_adamw_8bit" if cuda else "adamw_torch",
+        include_num_input_tokens_seen="non_padding", dataloader_num_workers=0, seed=0,
+    )  # fmt: skip
+    lora = LoraConfig(
+        r=16, lora_alpha=32, lora_dropout=0.05, bias="none", task_type="CAUSAL_LM",
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+    )  # fmt: skip
+    trainer = SFTTrainer(
+        model=model, args=config, train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer, peft_config=lora, callbacks=[Clock()],
+    )  # fmt: skip
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    output = trainer.train()
+    (t1, n1), (t_end, n_end) = marks[1], marks[-1]
+    return {
+        "tokens": n_end - n1,
+        "seconds": t_end - t1,
+        "loss": output.training_loss,
+        "vram": torch.cuda.max_memory_allocated() if cuda else None,
+        "params": params_of(args.base_model, args.model_cache),
+    }
+
+
+def params_of(base_model: str, cache: Path) -> int:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from worker.train.base_model import resolve_base_model
+
+    config = AutoConfig.from_pretrained(resolve_base_model(base_model, cache))
+    import torch
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def matmul_tflops() -> float | None:
+    """The bf16 matmul rate this GPU actually reaches (the MFU denominator)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    start, n = time.perf_counter(), 20
+    for _ in range(n):
+        a @ b
+    torch.cuda.synchronize()
+    return 2 * 8192**3 * n / (time.perf_counter() - start) / 1e12
+
+
+def side(args: argparse.Namespace) -> None:
+    """Child process: run one side, print one JSON line with its peak RSS."""
+    result = {"ours": run_ours, "trl": run_trl}[args.side](args)
+    result["rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    result["tflops"] = matmul_tflops()
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def spawn(args: argparse.Namespace, name: str, **overrides: Any) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--side", name, "--corpus", str(args.corpus)]
+    options = {
+        "steps": args.steps, "model-cache": args.model_cache, "work": args.work,
+        "base-model": args.base_model, "micro-batch": 8, "seq": 512, **overrides,
+    }  # fmt: skip
+    for key, value in options.items():
+        command += [f"--{key}", str(value)]
+    started = time.time()
+    done = subprocess.run(command, capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode or not lines:
+        sys.exit(f"{name} failed:\n{done.stderr[-4000:]}")
+    print(f"  {name}: {time.time() - started:.0f} s", file=sys.stderr)
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=3, help="timed optimizer steps per side")
+    parser.add_argument("--shape", choices=sorted(SHAPES), help="random model of this size")
+    parser.add_argument("--model-cache", type=Path, help="MODEL_CACHE (default: a temp folder)")
+    parser.add_argument("--keep", type=Path, help="work folder to keep (default: temporary)")
+    parser.add_argument("--no-rss", action="store_true", help="skip the 8 x 256 RSS run")
+    # for the child processes
+    parser.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--base-model", default="smollm2-135m-instruct", help=argparse.SUPPRESS)
+    parser.add_argument("--micro-batch", type=int, default=8, help=argparse.SUPPRESS)
+    parser.add_argument("--seq", type=int, default=512, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side:
+        return side(args)
+
+    work = args.keep or Path(tempfile.mkdtemp(prefix="train-throughput-"))
+    work.mkdir(parents=True, exist_ok=True)
+    args.work = work
+    args.model_cache = args.model_cache or work / "models"
+    from worker.train.base_model import resolve_base_model
+
+    resolve_base_model("smollm2-135m-instruct", args.model_cache)  # convert once, before timing
+    if args.shape:
+        args.base_model = build_shape(args.shape, args.model_cache)
+    args.corpus = build_corpus(work / "data")
+    rows = sum(1 for _ in (args.corpus / "messages.jsonl").open())
+    print(f"model {args.base_model}, {rows} train rows, {args.steps} timed steps", file=sys.stderr)
+
+    trl = spawn(args, "trl")
+    ours = spawn(args, "ours")
+    rss = None if args.no_rss else spawn(args, "ours", **{"seq": 256, "steps": 1})
+    print_table(args, trl, ours, rss)
+
+
+def print_table(args, trl: dict[str, Any], ours: dict[str, Any], rss: dict[str, Any] | None):
+    def rate(side: dict[str, Any]) -> float:
+        return side["tokens"] / side["seconds"]
+
+    gb = 1024**3
+    tflops = ours.get("tflops")
+    rows = [("", "TRL SFTTrainer (1 x 16, 512)", "qlora (8 x 2, 512, packed)")]
+    rows.append(("real tokens / s", f"{rate(trl):.1f}", f"{rate(ours):.1f}"))
+    rows.append(("timed tokens", str(trl["tokens"]), str(ours["tokens"])))
+    rows.append(("timed seconds", f"{trl['seconds']:.1f}", f"{ours['seconds']:.1f}"))
+    rows.append(("peak RSS (GB)", f"{trl['rss'] / gb:.2f}", f"{ours['rss'] / gb:.2f}"))
+    if ours["vram"] is not None:
+        rows.append(("peak VRAM (GB)", f"{trl['vram'] / gb:.2f}", f"{ours['vram'] / gb:.2f}"))
+    if tflops:  # a frozen base costs 4N flops per token (forward, backward to activations)
+        mfu = [4 * s["params"] * rate(s) / (tflops * 1e12) for s in (trl, ours)]
+        rows.append((f"MFU (4N/token, {tflops:.0f} TF/s)", f"{mfu[0]:.1%}", f"{mfu[1]:.1%}"))
+    width = [max(len(r[i]) for r in rows) for i in range(3)]
+    print(f"\nbase model: {args.shape or args.base_model}; effective batch {EFFECTIVE_BATCH} rows")
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, width, strict=True)))
+    ratio = rate(ours) / rate(trl)
+    verdict = "ok" if ratio >= TARGET_RATIO else "BELOW TARGET"
+    print(f"\nspeed-up: {ratio:.2f}x real tokens/s (target >= {TARGET_RATIO}x): {verdict}")
+    if rss:
+        peak = rss["rss"] / gb
+        verdict = "ok" if peak < TARGET_RSS_GB else "ABOVE TARGET"
+        target = f"target < {TARGET_RSS_GB}"
+        print(f"peak RSS at micro-batch 8 x 256: {peak:.2f} GB ({target}): {verdict}")
+
+
+if __name__ == "__main__":
+    main()

