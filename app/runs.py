@@ -98,6 +98,13 @@ def create_run(
     parent_id: str | None = None,
 ) -> tuple[Run, bool]:
     """(run, created). Same key + same body gives the same run; another body gives 409."""
+    if idempotency_key is not None and not idempotency_key.strip():
+        raise ApiError(
+            422,
+            "validation_error",
+            "Idempotency-Key: must not be empty",
+            [{"field": "Idempotency-Key", "message": "must not be empty"}],
+        )
     spec = validate_spec(body, settings)
     digest = body_hash(body)
     if idempotency_key:

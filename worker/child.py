@@ -8,9 +8,11 @@ will resume elsewhere); either way the stage sees `should_stop()`, saves, and re
 from __future__ import annotations
 
 import ctypes
+import errno
 import importlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +32,8 @@ from worker.context import StageContext, StageFailure
 from worker.manifests import write_json_atomic
 
 PAYLOAD = ".child.json"
+EXIT_DISK_FULL = 28  # the child could not write its outcome: no space left (errno 28)
+EXIT_NO_OUTCOME = 27  # the child could not write its outcome for another OS reason
 OUTCOME = ".outcome.json"
 STOP_SIGNALS = {"cancel": signal.SIGTERM, "shutdown": signal.SIGUSR1}
 # Never written to the payload file (it lies in the run dir); the child gets them in its env.
@@ -134,6 +138,14 @@ class ChildStage:
         path = self.ctx.stage_dir / OUTCOME
         if path.exists():
             return json.loads(path.read_text())
+        if code == EXIT_DISK_FULL or (code > 0 and _disk_full(self.ctx.stage_dir)):
+            return {
+                "ok": False,
+                "failure_class": "internal",
+                "reason": f"[Errno {errno.ENOSPC}] No space left on device: the runs directory "
+                f"{self.ctx.run_dir.parent} is full; free space there and resubmit",
+                "stop_reason": self.signalled,
+            }
         if code < 0:
             sig = signal.Signals(-code).name
             why = "stopped by the worker" if self.signalled else "killed"
@@ -151,6 +163,13 @@ class ChildStage:
             f"{self.ctx.stage}/child.log",
             "stop_reason": self.signalled,
         }
+
+
+def _disk_full(path: Path) -> bool:
+    try:
+        return shutil.disk_usage(path).free < 64 * 1024
+    except OSError:
+        return False
 
 
 def _die_with_parent() -> None:
@@ -222,7 +241,10 @@ def main(payload_path: str) -> int:
             target=_fence, args=(ctx, engine, payload["lease_token"]), daemon=True
         ).start()
     outcome = run_stage(payload["ref"], ctx)
-    write_json_atomic(ctx.stage_dir / OUTCOME, outcome)
+    try:
+        write_json_atomic(ctx.stage_dir / OUTCOME, outcome)
+    except OSError as exc:  # nowhere to write it: the exit code carries what happened
+        return EXIT_DISK_FULL if exc.errno == errno.ENOSPC else EXIT_NO_OUTCOME
     return 0
 
 

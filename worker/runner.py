@@ -308,7 +308,15 @@ class Runner:
         # summary.json is on disk before the terminal status is visible to anyone (SSE, webhooks).
         run_dir = self.settings.run_dir(run.id)
         summary = run_dir / "summary.json"
-        write_json_atomic(summary, self._summary(run, ending, usage))
+        try:
+            write_json_atomic(summary, self._summary(run, ending, usage))
+        except OSError as exc:  # a full disk must not leave the run without its end
+            log.warning("run %s: summary.json not written: %s", run.id, exc)
+            if ending.status == "completed":
+                ending = Ending("failed", "internal", f"could not write summary.json: {exc}")
+                fields.update(failure_class="internal", failure_reason=ending.reason)
+                if attempts:
+                    attempts[-1]["outcome"] = "failed"
 
         def record_end() -> Card:
             with self.publisher.transaction() as tx:
@@ -331,7 +339,10 @@ class Runner:
             log.warning("run %s moved on before %s could be recorded", run.id, ending.status)
             summary.unlink(missing_ok=True)  # the attempt that now holds the run writes its own
             return
-        write_snapshot(card, run_dir)
+        try:
+            write_snapshot(card, run_dir)
+        except OSError as exc:
+            log.warning("run %s: progress.snapshot.json not written: %s", run.id, exc)
         sync_stage(self.settings, run.id, run_dir, None, publisher=self.publisher)
 
     def _summary(self, run: Run, ending: Ending, usage: Usage) -> dict[str, Any]:

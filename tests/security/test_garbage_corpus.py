@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 def test_a_1gb_garbage_corpus_is_counted_invalid_in_bounded_memory(tmp_path: Path) -> None:
     """1 GB of random bytes (few newlines, so some 'lines' are huge) through the corpus reader in
     a child process: every line counted invalid, peak RSS far below the file's size."""

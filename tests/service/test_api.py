@@ -86,6 +86,13 @@ def test_same_idempotency_key_and_body_gives_one_run(service: Service) -> None:
     assert [r["id"] for r in runs] == [first["id"]]
 
 
+def test_an_empty_idempotency_key_is_refused(service: Service) -> None:
+    for _ in range(2):
+        response = service.http.post("/runs", json=SELFTEST, headers={"Idempotency-Key": ""})
+        assert response.status_code == 422
+        assert error_of(response)["details"][0]["field"] == "Idempotency-Key"
+
+
 def test_same_idempotency_key_with_another_body_is_409(service: Service) -> None:
     service.submit(SELFTEST, **{"Idempotency-Key": "k-2"})
     other = dict(SELFTEST, steps=4)
