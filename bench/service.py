@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,9 +29,8 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.db import upgrade  # noqa: E402
+from app.db import make_engine, upgrade  # noqa: E402
 from app.events import Publisher  # noqa: E402
-from app.db import make_engine  # noqa: E402
 from app.redisconn import sync_redis  # noqa: E402
 from app.settings import Settings  # noqa: E402
 
@@ -55,16 +53,25 @@ class Stack:
             "TRM_DATA_DIR": str(workdir / "data"),
             "TRM_LOG_LEVEL": "WARNING",
         }
-        self.settings = Settings(**{k[4:].lower(): v for k, v in self.env.items()
-                                    if k.startswith("TRM_") and k != "TRM_LOG_LEVEL"})
+        self.settings = Settings(
+            **{
+                k[4:].lower(): v
+                for k, v in self.env.items()
+                if k.startswith("TRM_") and k != "TRM_LOG_LEVEL"
+            }
+        )
         upgrade(self.settings.database_url)
         self.port, self.url = port, f"http://127.0.0.1:{port}"
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def spawn(self, *args: str, **env: str) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli", *args], cwd=ROOT,
-                                env={**self.env, **env}, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", *args],
+            cwd=ROOT,
+            env={**self.env, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.procs.append(proc)
         return proc
 
@@ -92,8 +99,14 @@ class Stack:
                 proc.kill()
 
 
-async def hammer(url: str, method: str, path: str, seconds: float, concurrency: int,
-                 body: dict[str, Any] | None = None) -> tuple[int, list[float], int]:
+async def hammer(
+    url: str,
+    method: str,
+    path: str,
+    seconds: float,
+    concurrency: int,
+    body: dict[str, Any] | None = None,
+) -> tuple[int, list[float], int]:
     latencies: list[float] = []
     errors = 0
     deadline = time.perf_counter() + seconds
@@ -120,9 +133,13 @@ def measure_posts(stack: Stack, seconds: float) -> dict[str, Any]:
     n_p, lat_p, errors = asyncio.run(hammer(stack.url, "POST", "/runs", seconds, 8, spec))
     stack.stop(api)
     return {
-        "healthz_rps": n_h / (seconds / 2), "healthz_p99_ms": pct(lat_h, 0.99) * 1000,
-        "post_rps": n_p / seconds, "post_p50_ms": pct(lat_p, 0.5) * 1000,
-        "post_p99_ms": pct(lat_p, 0.99) * 1000, "post_errors": errors, "posted": n_p,
+        "healthz_rps": n_h / (seconds / 2),
+        "healthz_p99_ms": pct(lat_h, 0.99) * 1000,
+        "post_rps": n_p / seconds,
+        "post_p50_ms": pct(lat_p, 0.5) * 1000,
+        "post_p99_ms": pct(lat_p, 0.99) * 1000,
+        "post_errors": errors,
+        "posted": n_p,
     }
 
 
@@ -152,11 +169,20 @@ def measure_dispatch(stack: Stack, poll_delay: float | None, n: int) -> list[flo
     return out
 
 
-async def sse_subscriber(port: int, run_id: str, expected: int, got: dict[int, float],
-                         ready: asyncio.Event, counter: list[int], total: int) -> None:
+async def sse_subscriber(
+    port: int,
+    run_id: str,
+    expected: int,
+    got: dict[int, float],
+    ready: asyncio.Event,
+    counter: list[int],
+    total: int,
+) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
-    writer.write(f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream"
-                 "\r\n\r\n".encode())
+    writer.write(
+        f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream"
+        "\r\n\r\n".encode()
+    )
     await writer.drain()
     counter[0] += 1
     if counter[0] == total:
@@ -177,21 +203,28 @@ async def sse_subscriber(port: int, run_id: str, expected: int, got: dict[int, f
 def measure_sse(stack: Stack, subscribers: int, events: int) -> dict[str, Any]:
     api = stack.api()
     run = httpx.post(f"{stack.url}/runs", json={"kind": "selftest", "steps": 1}).json()
-    publisher = Publisher(make_engine(stack.settings.database_url), sync_redis(stack.settings),
-                          stack.settings)
+    publisher = Publisher(
+        make_engine(stack.settings.database_url), sync_redis(stack.settings), stack.settings
+    )
     results: list[dict[int, float]] = [{} for _ in range(subscribers)]
 
     async def main() -> None:
         ready = asyncio.Event()
         counter = [0]
-        tasks = [asyncio.create_task(sse_subscriber(stack.port, run["id"], events, results[i],
-                                                    ready, counter, subscribers))
-                 for i in range(subscribers)]
+        tasks = [
+            asyncio.create_task(
+                sse_subscriber(
+                    stack.port, run["id"], events, results[i], ready, counter, subscribers
+                )
+            )
+            for i in range(subscribers)
+        ]
         await ready.wait()
         await asyncio.sleep(1.0 + subscribers / 500)  # every stream has replayed and is following
         for n in range(events):
-            await asyncio.to_thread(publisher.publish, run["id"], "log",
-                                    {"n": n, "sent": time.time()})
+            await asyncio.to_thread(
+                publisher.publish, run["id"], "log", {"n": n, "sent": time.time()}
+            )
             await asyncio.sleep(0.05)
         await asyncio.wait(tasks, timeout=30)
 
@@ -199,8 +232,11 @@ def measure_sse(stack: Stack, subscribers: int, events: int) -> dict[str, Any]:
     stack.stop(api)
     latencies = [v for r in results for v in r.values()]
     lost = subscribers * events - len(latencies)
-    return {"p50_ms": pct(latencies, 0.5) * 1000, "p99_ms": pct(latencies, 0.99) * 1000,
-            "lost": lost}
+    return {
+        "p50_ms": pct(latencies, 0.5) * 1000,
+        "p99_ms": pct(latencies, 0.99) * 1000,
+        "lost": lost,
+    }
 
 
 def measure_rss(stack: Stack) -> dict[str, Any]:
@@ -215,8 +251,11 @@ def measure_rss(stack: Stack) -> dict[str, Any]:
     time.sleep(1.0)
     bare_rss = psutil.Process(bare.pid).memory_info().rss
     bare.kill()
-    return {"api_rss_mb": rss / 1e6, "bare_python_rss_mb": bare_rss / 1e6,
-            "torch_loaded": torch_loaded}
+    return {
+        "api_rss_mb": rss / 1e6,
+        "bare_python_rss_mb": bare_rss / 1e6,
+        "torch_loaded": torch_loaded,
+    }
 
 
 def main() -> int:
@@ -247,31 +286,62 @@ def main() -> int:
             for stack in stacks:
                 stack.close()
     rows = [
-        ("POST /runs throughput (runs/s)", posts["post_rps"], posts["healthz_rps"],
-         "GET /healthz req/s", ">= 300"),
-        ("POST /runs p99 (ms)", posts["post_p99_ms"], posts["healthz_p99_ms"],
-         "GET /healthz p99", "< 50"),
-        ("enqueue -> stage start p50 (ms)", pct(fast, 0.5) * 1000, pct(slow, 0.5) * 1000,
-         "arq default poll 0.5 s", "<= 25"),
-        ("SSE 200 subscribers p50 (ms)", sse200["p50_ms"], sse1["p50_ms"], "1 subscriber",
-         "<= 30"),
-        ("SSE 1000 subscribers p50 (ms)", sse1000["p50_ms"], sse1["p50_ms"], "1 subscriber",
-         "<= 150"),
-        ("API idle RSS (MB)", rss["api_rss_mb"], rss["bare_python_rss_mb"], "bare python",
-         "< 150"),
+        (
+            "POST /runs throughput (runs/s)",
+            posts["post_rps"],
+            posts["healthz_rps"],
+            "GET /healthz req/s",
+            ">= 300",
+        ),
+        (
+            "POST /runs p99 (ms)",
+            posts["post_p99_ms"],
+            posts["healthz_p99_ms"],
+            "GET /healthz p99",
+            "< 50",
+        ),
+        (
+            "enqueue -> stage start p50 (ms)",
+            pct(fast, 0.5) * 1000,
+            pct(slow, 0.5) * 1000,
+            "arq default poll 0.5 s",
+            "<= 25",
+        ),
+        ("SSE 200 subscribers p50 (ms)", sse200["p50_ms"], sse1["p50_ms"], "1 subscriber", "<= 30"),
+        (
+            "SSE 1000 subscribers p50 (ms)",
+            sse1000["p50_ms"],
+            sse1["p50_ms"],
+            "1 subscriber",
+            "<= 150",
+        ),
+        ("API idle RSS (MB)", rss["api_rss_mb"], rss["bare_python_rss_mb"], "bare python", "< 150"),
     ]
     print(f"{'measure':34} {'ours':>10} {'baseline':>10} {'ratio':>7}  {'baseline is':24} target")
     for name, ours, base, what, target in rows:
         ratio = ours / base if base else float("nan")
         print(f"{name:34} {ours:10.1f} {base:10.1f} {ratio:7.2f}  {what:24} {target}")
-    print(f"POST errors: {posts['post_errors']} of {posts['posted']}; SSE lost events: "
-          f"200 subs {sse200['lost']}, 1000 subs {sse1000['lost']}; "
-          f"SSE p99 200/1000: {sse200['p99_ms']:.1f}/{sse1000['p99_ms']:.1f} ms; "
-          f"torch loaded in API: {rss['torch_loaded']}")
+    print(
+        f"POST errors: {posts['post_errors']} of {posts['posted']}; SSE lost events: "
+        f"200 subs {sse200['lost']}, 1000 subs {sse1000['lost']}; "
+        f"SSE p99 200/1000: {sse200['p99_ms']:.1f}/{sse1000['p99_ms']:.1f} ms; "
+        f"torch loaded in API: {rss['torch_loaded']}"
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"posts": posts, "dispatch_s": fast, "dispatch_default_s": slow,
-                                    "sse1": sse1, "sse200": sse200, "sse1000": sse1000,
-                                    "rss": rss}, indent=2))
+    args.out.write_text(
+        json.dumps(
+            {
+                "posts": posts,
+                "dispatch_s": fast,
+                "dispatch_default_s": slow,
+                "sse1": sse1,
+                "sse200": sse200,
+                "sse1000": sse1000,
+                "rss": rss,
+            },
+            indent=2,
+        )
+    )
     return 0
 
 
