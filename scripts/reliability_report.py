@@ -82,6 +82,11 @@ smallest change in the lead-owned files that makes it pass (`diff` in the issue'
 | secrets | the database URL (with its password) was written to `<stage>/.child.json` in the run dir, and `GET /runs/{id}/artifacts/loop/.child.json` served it | secrets go to the child through its environment, never the payload file; dot-files are not artifacts (404) |
 | schemathesis | `{"kind": {}}` or `{"kind": []}` answered 500 (TypeError: unhashable) | `kind` must be a string before the lookup (`app/runs.py`) |
 
+Not yet covered (open in issue 9): the qlora kill -9 case and the hill-climb coordinator kill on
+Postgres (tests/fault/test_slow_kills.py) fail on this 2-core machine and are marked `soak`, out
+of CI, until fixed; the 1 GB garbage corpus case (`soak`) has not been run; `bench/load.py` hangs
+in its Postgres phase, so there is no load table yet.
+
 Known limits: during a network partition of one worker from the database (not a full outage)
 its trainer keeps going until it can read the lease again, so two trainers can overlap for the
 length of the partition (the database's fencing token still rejects the old attempt's end);
