@@ -14,7 +14,6 @@ worker, the failure is logged and recorded as a `log` event, and the next stage'
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -29,6 +28,7 @@ from urllib.parse import quote, unquote, urlsplit
 import httpx
 
 from app.settings import Settings
+from worker.manifests import CHUNK, sha256_file
 
 log = logging.getLogger("trm.worker")
 
@@ -38,7 +38,6 @@ LOCAL_ONLY = frozenset({"events.jsonl"})
 ATTEMPTS = 3
 BACKOFF_S = 0.5
 TIMEOUT_S = 60.0
-CHUNK = 1 << 20
 
 
 @dataclass
@@ -102,14 +101,6 @@ def sync_stage(
     if publisher is not None and (result.uploaded or result.failed):
         _record(publisher, run_id, result)
     return result
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _files(run_dir: Path, paths: list[Path] | None) -> list[Path]:

@@ -3,18 +3,15 @@ a TCP proxy between them that a test can cut to drop the page's connections."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, Service, free_port
+from tests.conftest import ROOT, Service, TcpProxy
 
 CHROMIUM = os.environ.get("TRM_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -38,70 +35,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(skip)
 
 
-class Proxy:
-    """A TCP relay to the API. `cut()` closes every open connection (the browser sees the
-    network drop mid-stream) and refuses new ones until `restore()`."""
-
-    def __init__(self, port: int) -> None:
-        self.target = port
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.open = True
-        self.conns: list[socket.socket] = []
-        self.lock = threading.Lock()
-        self.server = socket.create_server(("127.0.0.1", self.port))
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            if not self.open:
-                client.close()
-                continue
-            upstream = socket.create_connection(("127.0.0.1", self.target))
-            with self.lock:
-                self.conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        for sock in (src, dst):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    def cut(self) -> None:
-        self.open = False
-        with self.lock:
-            conns, self.conns = self.conns, []
-        for sock in conns:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-                sock.close()
-            except OSError:
-                pass
-
-    def restore(self) -> None:
-        self.open = True
-
-    def close(self) -> None:
-        self.cut()
-        self.server.close()
-
-
 @pytest.fixture
-def proxy(service: Service) -> Iterator[Proxy]:
-    relay = Proxy(service.port)
+def proxy(service: Service) -> Iterator[TcpProxy]:
+    relay = TcpProxy(("127.0.0.1", service.port))
+    relay.restore()
     yield relay
-    relay.close()
+    relay.cut()
 
 
 @pytest.fixture(scope="session")

@@ -14,8 +14,8 @@ from sqlmodel import Session, col, select
 from app.db import make_engine
 from app.models import Event, LedgerEntry, Run, utcnow
 from app.settings import Settings
-from tests.conftest import Service
-from tests.dashboard.conftest import Proxy, screenshot
+from tests.conftest import Service, TcpProxy
+from tests.dashboard.conftest import screenshot
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -84,7 +84,7 @@ def test_submitted_run_appears_in_the_table_and_its_card_goes_live_to_completed(
 
 
 def test_sse_reconnect_after_a_network_drop_shows_no_gap(
-    service: Service, proxy: Proxy, page: Any, settings: Settings
+    service: Service, proxy: TcpProxy, page: Any, settings: Settings
 ) -> None:
     service.start_worker()
     run = service.submit(SELFTEST)
