@@ -18,6 +18,7 @@ from app.settings import Settings
 
 log = logging.getLogger("trm.live")
 RESYNC: dict[str, Any] = {"type": "__resync__"}
+RAW = "__raw__"  # key under which a live event carries its JSON text as published
 QUEUE_MAX = 5000
 
 
@@ -83,7 +84,9 @@ class LiveHub:
                     channel = message["channel"].decode()
                     run_id = channel[len(prefix) :]
                     if run_id in self.subscribers:
-                        self._deliver(run_id, json.loads(message["data"]))
+                        raw = message["data"].decode()
+                        # Parsed once, and the wire text kept, for however many followers.
+                        self._deliver(run_id, {**json.loads(raw), RAW: raw})
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

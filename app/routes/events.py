@@ -22,7 +22,7 @@ from app.card import Card, render_text
 from app.deps import AppState, session, state
 from app.errors import ApiError
 from app.events import events_after
-from app.live import RESYNC
+from app.live import RAW, RESYNC
 from app.models import TERMINAL_STATUSES, Event, Run
 from app.runs import get_run
 
@@ -60,7 +60,8 @@ def _is_terminal(ev: dict[str, Any]) -> bool:
 
 
 def _sse(ev: dict[str, Any]) -> dict[str, Any]:
-    return {"id": str(ev["id"]), "event": ev["type"], "data": json.dumps(ev, separators=(",", ":"))}
+    data = ev.get(RAW) or json.dumps(ev, separators=(",", ":"))
+    return {"id": str(ev["id"]), "event": ev["type"], "data": data}
 
 
 async def follow(app: AppState, run_id: str, after: int) -> AsyncIterator[dict[str, Any]]:
