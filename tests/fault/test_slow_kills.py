@@ -91,26 +91,9 @@ def ledger(service: Service, run_id: str) -> list[dict[str, Any]]:
 def test_killed_coordinator_resumes_without_duplicates(
     service: Service, settings: Settings
 ) -> None:
-    from worker.envs import generate
+    from tests.hillclimb.test_service import tiny_search
 
-    generate(settings.data_dir / "play", families=["route"], worlds=4, episodes=4, seed=3)
-    spec = {
-        "kind": "hillclimb",
-        "base": {
-            "trainer": "trm",
-            "corpus": {
-                "sources": [{"type": "trm_play_root", "name": "route", "path": "play"}],
-                "split": {"by": "env", "anchor": ["route-s3-w3"]},
-            },
-            "trm": {"epochs": 1, "hidden": 16, "n_recursions": 1},
-        },
-        "start_rung": 3,
-        "knobs": {"namespace_normalization": [False, True], "recovery_rate": [None, 0.2]},
-        "patience": 5,
-        "max_candidates": 4,
-        "parallelism": 1,
-        "max_generalization_gap": 1.0,
-    }
+    spec = tiny_search(settings.data_dir, max_candidates=4, parallelism=1)
     service.start_worker("worker-a")
     service.start_worker("worker-b")
     search = service.submit(spec)
