@@ -112,6 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi_url=None,
         docs_url=None,
         redoc_url=None,
+        telemetry={"tracing": settings.otel, "metrics": settings.otel, "logs": settings.otel},
     )
     errors.install(app)
     auth = [Depends(require_token)]

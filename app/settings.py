@@ -58,6 +58,11 @@ class Settings(BaseSettings):
     # or `file:///shared/runs`; unset when RUNS_DIR is shared (or one box).
     artifact_upload_url: str | None = None
 
+    # FastAPI's built-in OpenTelemetry middleware: off unless asked for, since with no provider
+    # configured it still costs a third of an SSE connection's set-up (an environment lookup per
+    # request). `TRM_OTEL=true` turns on tracing, metrics and logs for a configured provider.
+    otel: bool = False
+
     api_host: str = "127.0.0.1"
     api_port: int = 8000
     worker_id: str | None = Field(default=None, description="defaults to host:pid")
