@@ -18,8 +18,15 @@ from app.settings import Settings
 
 log = logging.getLogger("trm.live")
 RESYNC: dict[str, Any] = {"type": "__resync__"}
-RAW = "__raw__"  # key under which a live event carries its JSON text as published
+FRAME = "__frame__"  # key under which a live event carries its encoded SSE frame
 QUEUE_MAX = 5000
+
+
+def sse_frame(ev: dict[str, Any], data: str | None = None) -> bytes:
+    """The event as one server-sent-events frame (`data` is its JSON text, when known). Event
+    JSON is compact and ASCII, so it is a single `data:` line."""
+    text = data if data is not None else json.dumps(ev, separators=(",", ":"))
+    return f"id: {ev['id']}\r\nevent: {ev['type']}\r\ndata: {text}\r\n\r\n".encode()
 
 
 class LiveHub:
@@ -85,8 +92,9 @@ class LiveHub:
                     run_id = channel[len(prefix) :]
                     if run_id in self.subscribers:
                         raw = message["data"].decode()
-                        # Parsed once, and the wire text kept, for however many followers.
-                        self._deliver(run_id, {**json.loads(raw), RAW: raw})
+                        # Parsed and framed once, for however many followers.
+                        ev = json.loads(raw)
+                        self._deliver(run_id, {**ev, FRAME: sse_frame(ev, raw)})
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -8,7 +8,6 @@ drops what it has seen and reads the database again whenever `seq` jumps: no gap
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -22,7 +21,7 @@ from app.card import Card, render_text
 from app.deps import AppState, session, state
 from app.errors import ApiError
 from app.events import events_after
-from app.live import RAW, RESYNC
+from app.live import FRAME, RESYNC, sse_frame
 from app.models import TERMINAL_STATUSES, Event, Run
 from app.runs import get_run
 
@@ -59,12 +58,11 @@ def _is_terminal(ev: dict[str, Any]) -> bool:
     return ev["type"] == "status" and ev["data"].get("status") in TERMINAL_STATUSES
 
 
-def _sse(ev: dict[str, Any]) -> dict[str, Any]:
-    data = ev.get(RAW) or json.dumps(ev, separators=(",", ":"))
-    return {"id": str(ev["id"]), "event": ev["type"], "data": data}
+def _sse(ev: dict[str, Any]) -> bytes:
+    return ev.get(FRAME) or sse_frame(ev)
 
 
-async def follow(app: AppState, run_id: str, after: int) -> AsyncIterator[dict[str, Any]]:
+async def follow(app: AppState, run_id: str, after: int) -> AsyncIterator[bytes]:
     async with app.hub.subscribe(run_id) as queue:  # subscribe first: the replay overlaps it
         last_id = after
         last_seq = await run_in_threadpool(_seq_of, app, run_id, after) if after else 0
@@ -84,7 +82,8 @@ async def follow(app: AppState, run_id: str, after: int) -> AsyncIterator[dict[s
                     return
             pending = []
             try:
-                item = await asyncio.wait_for(queue.get(), timeout=app.settings.sse_keepalive_s)
+                async with asyncio.timeout(app.settings.sse_keepalive_s):  # no task per event
+                    item = await queue.get()
             except TimeoutError:
                 item = RESYNC  # quiet for a while: make sure Redis did not drop anything
             if item is not RESYNC and item["seq"] <= last_seq:
