@@ -18,6 +18,8 @@ from app.settings import Settings
 
 log = logging.getLogger("trm.live")
 RESYNC: dict[str, Any] = {"type": "__resync__"}
+TICK: dict[str, Any] = {"type": "__tick__"}  # every keep-alive period, to every follower
+PING = b": ping\r\n\r\n"
 FRAME = "__frame__"  # key under which a live event carries its encoded SSE frame
 QUEUE_MAX = 5000
 
@@ -34,20 +36,27 @@ class LiveHub:
         self.settings = settings
         self.subscribers: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
         self.connected = False
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     @property
     def count(self) -> int:
         return sum(len(s) for s in self.subscribers.values())
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._listen())
+        self._tasks = [asyncio.create_task(self._listen()), asyncio.create_task(self._tick())]
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+                await task
+
+    async def _tick(self) -> None:
+        """One timer for every follower, rather than a timeout armed per follower per event."""
+        while True:
+            await asyncio.sleep(self.settings.sse_keepalive_s)
+            for run_id in list(self.subscribers):
+                self._deliver(run_id, TICK)
 
     @contextlib.asynccontextmanager
     async def subscribe(self, run_id: str) -> AsyncIterator[asyncio.Queue[dict[str, Any]]]:

@@ -184,16 +184,18 @@ async def sse_subscriber(
         "\r\n\r\n".encode()
     )
     await writer.drain()
-    counter[0] += 1
-    if counter[0] == total:
-        ready.set()
-    seen = 0
+    seen, following = 0, False
     while seen < expected:
         line = await reader.readline()
         if not line:
             break
         if line.startswith(b"data: "):
             event = json.loads(line[6:])
+            if not following:  # the replayed first event: this stream now follows live ones
+                following = True
+                counter[0] += 1
+                if counter[0] == total:
+                    ready.set()
             if event["type"] == "log" and "sent" in event["data"]:
                 got[event["data"]["n"]] = time.time() - event["data"]["sent"]
                 seen += 1
@@ -219,8 +221,8 @@ def measure_sse(stack: Stack, subscribers: int, events: int) -> dict[str, Any]:
             )
             for i in range(subscribers)
         ]
-        await ready.wait()
-        await asyncio.sleep(1.0 + subscribers / 500)  # every stream has replayed and is following
+        # Every stream has replayed the run's first event and is following live ones.
+        await asyncio.wait_for(ready.wait(), timeout=120)
         for n in range(events):
             await asyncio.to_thread(
                 publisher.publish, run["id"], "log", {"n": n, "sent": time.time()}

@@ -67,6 +67,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         workers=args.workers,
         log_level="warning",
         access_log=False,
+        # Event streams stay open until their run ends: on shutdown, cut them after a moment
+        # (clients reconnect with Last-Event-ID) instead of waiting for every run.
+        timeout_graceful_shutdown=3,
     )
     return 0
 

@@ -7,25 +7,34 @@ drops what it has seen and reads the database again whenever `seq` jumps: no gap
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlmodel import Session, col, select
-from sse_starlette import EventSourceResponse
 
 from app.card import Card, render_text
 from app.deps import AppState, session, state
 from app.errors import ApiError
 from app.events import events_after
-from app.live import FRAME, RESYNC, sse_frame
+from app.live import FRAME, PING, RESYNC, TICK, sse_frame
 from app.models import TERMINAL_STATUSES, Event, Run
 from app.runs import get_run
 
 router = APIRouter(tags=["events"])
+
+
+class EventStream(StreamingResponse):
+    """text/event-stream of encoded frames; keep-alive comments are frames too (`follow`)."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, frames: AsyncIterator[bytes]) -> None:
+        super().__init__(frames, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
 PAGE = 1000
 
 
@@ -39,8 +48,8 @@ def _read(app: AppState, run_id: str, after: int) -> tuple[list[dict[str, Any]],
             if len(page) < PAGE:
                 break
             after = page[-1]["id"]
-        run = db.get(Run, run_id)
-        return out, bool(run and run.status in TERMINAL_STATUSES)
+        status = db.exec(select(Run.status).where(Run.id == run_id)).first()
+        return out, status in TERMINAL_STATUSES
 
 
 def _seq_of(app: AppState, run_id: str, event_id: int) -> int:
@@ -72,20 +81,23 @@ async def follow(app: AppState, run_id: str, after: int) -> AsyncIterator[bytes]
             for ev in pending_ids:
                 yield _sse(ev)
             return  # the client already has the terminal event
+        quiet = False  # nothing sent since the last tick
         while True:
             for ev in pending:
                 if ev["id"] <= last_id:
                     continue
                 yield _sse(ev)
-                last_id, last_seq = ev["id"], ev["seq"]
+                last_id, last_seq, quiet = ev["id"], ev["seq"], False
                 if _is_terminal(ev):
                     return
             pending = []
-            try:
-                async with asyncio.timeout(app.settings.sse_keepalive_s):  # no task per event
-                    item = await queue.get()
-            except TimeoutError:
-                item = RESYNC  # quiet for a while: make sure Redis did not drop anything
+            item = await queue.get()
+            if item is TICK:
+                if not quiet:
+                    quiet = True
+                    continue
+                yield PING  # quiet for a whole period: keep the connection, and make sure
+                item = RESYNC  # Redis did not drop anything
             if item is not RESYNC and item["seq"] <= last_seq:
                 continue
             if item is not RESYNC and item["seq"] == last_seq + 1:
@@ -94,13 +106,13 @@ async def follow(app: AppState, run_id: str, after: int) -> AsyncIterator[bytes]
             pending, _ = await run_in_threadpool(_read, app, run_id, last_id)
 
 
-@router.get("/runs/{run_id}/events", response_class=EventSourceResponse)
+@router.get("/runs/{run_id}/events", response_class=EventStream)
 async def run_events(
     run_id: str,
     app: Annotated[AppState, Depends(state)],
     after: Annotated[int | None, Query(ge=0)] = None,
     last_event_id: Annotated[str | None, Header()] = None,
-) -> EventSourceResponse:
+) -> StreamingResponse:
     """Server-sent events: every event of the run after `Last-Event-ID` (or `?after=`), then
     live ones, with a keep-alive comment; the stream ends after the terminal `status` event."""
     start = after or 0
@@ -114,11 +126,7 @@ async def run_events(
             )
         start = max(start, int(last_event_id))
     await run_in_threadpool(_exists, app, run_id)
-    return EventSourceResponse(
-        follow(app, run_id, start),
-        ping=app.settings.sse_keepalive_s,
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return EventStream(follow(app, run_id, start))
 
 
 def _exists(app: AppState, run_id: str) -> None:
