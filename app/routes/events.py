@@ -31,8 +31,9 @@ class EventStream(StreamingResponse):
 
     media_type = "text/event-stream"
 
-    def __init__(self, frames: AsyncIterator[bytes]) -> None:
-        super().__init__(frames, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    def __init__(self, frames: AsyncIterator[bytes], status_code: int = 200) -> None:
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        super().__init__(frames, status_code=status_code, headers=headers)
 
 
 PAGE = 1000
