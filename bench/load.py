@@ -1,13 +1,27 @@
-"""Load: sustained `POST /runs` at a target rate with SSE subscribers attached and workers running,
-on Postgres and then on SQLite. Loopback only, bounded in count and time; prints a table.
+"""Load (issue 9): sustained `POST /runs` at a target rate with SSE subscribers attached and
+workers running, on Postgres and then on SQLite. Loopback only, bounded in count and time: every
+phase ends within a hard limit and reports what it had when it stopped. Prints a table.
 
-    .venv/bin/python bench/load.py           # 300 runs/s, 60 s, 500 subscribers, 2 workers
-    .venv/bin/python bench/load.py --seconds 10 --db sqlite
+    .venv/bin/python bench/load.py                  # 300 runs/s, 60 s, 500 subscribers, 2 workers
+    .venv/bin/python bench/load.py --seconds 15 --rate 100 --db sqlite
 
-Needs Redis (TRM_TEST_REDIS_URL, default redis://127.0.0.1:6379/11) and, for Postgres,
-TRM_TEST_POSTGRES_URL (default postgresql://postgres@127.0.0.1:5432/test): a scratch database is
-created and dropped. The submitted runs are `selftest` dry runs (the workers' share is small), so
-what is measured is the API: validation, the insert with its first event, the enqueue, fan-out.
+Per database: a scratch database (Postgres: created and dropped; needs TRM_TEST_POSTGRES_URL,
+default postgresql://postgres@127.0.0.1:5432/test), Redis (TRM_TEST_REDIS_URL, default
+redis://127.0.0.1:6379/11) under a fresh namespace, `trm serve` and `--workers` x
+`trm worker --queues cpu`.
+
+- Submitted runs are `selftest` dry runs on the cpu queue: the API validates, inserts the run with
+  its first event and enqueues it; the workers take them as fast as they can. Open loop: request
+  i is due at t0 + i/rate whatever the answers before it did, on at most `--connections`
+  keep-alive connections; latency is counted from the request's due time, so an API that falls
+  behind shows it (no coordinated omission); `served` is send -> answer, the API's own share.
+  Nothing is sent after the window closes: what was due but not sent by then is `unsent`. So the
+  generator holds at most `--connections` requests, however far the API falls behind.
+- Subscribers: raw SSE streams spread over `--watched` runs that sit queued on the gpu queue (no
+  worker here serves it, so they never end and burn no CPU). The bench publishes `log` events to
+  them at `--events-rate` through `app.events.Publisher`, exactly as a worker does (stored, then
+  fanned out over Redis); every subscriber must receive every one of its run's events once.
+  `lost` and `dup` count per subscriber, `SSE ms` is publish -> receipt.
 """
 
 from __future__ import annotations
@@ -15,47 +29,77 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
+import json
+import math
 import os
+import resource
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-import httpx
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 REDIS_URL = os.environ.get("TRM_TEST_REDIS_URL", "redis://127.0.0.1:6379/11")
 PG_ADMIN_URL = os.environ.get("TRM_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-SPEC = {"kind": "selftest", "dry_run": True}
-# Watched by the subscribers: on the gpu queue (one per worker runs, the rest wait), long enough
-# to outlast the window; killed with the service at the end.
-WATCHED = {"kind": "selftest", "steps": 100000, "step_seconds": 0.2, "queue": "gpu"}
-WATCHED_RUNS = 10
+SPEC = json.dumps({"kind": "selftest", "dry_run": True}).encode()
+WATCHED = {"kind": "selftest", "steps": 1, "queue": "gpu"}  # never taken: workers serve cpu
+REQUEST_TIMEOUT_S = 30.0
+ATTACH_TIMEOUT_S = 30.0
+DRAIN_S = 15.0  # after the window: for the last answers and the last SSE events
 
 
 @dataclass
-class Result:
+class Phase:
     db: str
     target: float
     seconds: float
-    latencies: list[float] = field(default_factory=list)
-    errors: int = 0
+    subscribers: int
+    step: str = "not started"  # where the phase is; named in the report if it times out
+    outcome: str = "ok"
     sent: int = 0
-    sse_events: int = 0
+    accepted: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    unsent: int = 0
+    latencies: list[float] = field(default_factory=list)  # due time -> answer
+    served: list[float] = field(default_factory=list)  # sent -> answer: the API's own share
+    window_s: float = 0.0  # from the first due time to the last answer
+    attached: int = 0
     sse_errors: int = 0
-    sse_peak: int = 0
-    completed: int = 0
-    late_s: float = 0.0  # how far the generator fell behind its schedule at the end
+    sse_reopened: int = 0
+    published: dict[str, set[int]] = field(default_factory=dict)
+    received: list[tuple[str, Counter[int]]] = field(default_factory=list)
+    sse_latencies: list[float] = field(default_factory=list)
+    runs_by_status: dict[str, int] = field(default_factory=dict)
+    bench_cpu_s: float = 0.0
 
-    def pct(self, q: float) -> float:
-        xs = sorted(self.latencies)
-        return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000 if xs else float("nan")
+    def sse_counts(self) -> tuple[int, int, int, int]:
+        """(expected, delivered, lost, duplicated) over every subscriber."""
+        expected = delivered = dup = 0
+        for run_id, got in self.received:
+            want = self.published.get(run_id, set())
+            expected += len(want)
+            delivered += sum(1 for n in got if n in want)
+            dup += sum(c - 1 for c in got.values() if c > 1)
+        return expected, delivered, expected - delivered, dup
+
+
+def pct(values: list[float], q: float) -> float:
+    xs = sorted(values)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000 if xs else float("nan")
 
 
 def free_port() -> int:
@@ -64,211 +108,460 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def scratch_database(kind: str, tmp: Path) -> tuple[str, object]:
-    if kind == "sqlite":
-        return f"sqlite:///{tmp}/trm.db", None
-    import psycopg
-
-    name = f"trm_load_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-
-    def drop() -> None:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(
-                f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
-            )
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-
-    return f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{name}", drop
+# --- a minimal HTTP/1.1 client: the generator shares the machine, so it must stay cheap --------
 
 
-async def submitter(client: httpx.AsyncClient, res: Result, ids: list[str], stop_at: float) -> None:
-    """Open loop: request i is due at t0 + i/rate, whatever the answers before it did."""
-    t0 = time.monotonic()
-    interval = 1.0 / res.target
-    pending: set[asyncio.Task[None]] = set()
+async def read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+    line = await reader.readline()
+    if not line:
+        raise ConnectionError("connection closed before the answer")
+    status = int(line.split()[1])
+    headers = {}
+    while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers
 
-    async def one() -> None:
-        started = time.monotonic()
+
+async def body_parts(reader: asyncio.StreamReader, headers: dict[str, str]) -> AsyncIterator[bytes]:
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        while size := int((await reader.readline()).split(b";")[0], 16):
+            yield await reader.readexactly(size)
+            await reader.readline()
+        await reader.readline()
+    elif "content-length" in headers:
+        yield await reader.readexactly(int(headers["content-length"]))
+    else:
+        while part := await reader.read(65536):
+            yield part
+
+
+class Connection:
+    """One keep-alive connection: a request at a time, reopened after any error."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        assert self.reader is not None
+        self.writer.write(
+            b"POST %s HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body)
+        )
+        await self.writer.drain()
+        status, headers = await read_head(self.reader)
+        data = b"".join([part async for part in body_parts(self.reader, headers)])
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return status, data
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+# --- the load --------------------------------------------------------------------------------
+
+
+async def submit(ph: Phase, port: int, t0: float, stop_at: float, connections: int) -> None:
+    """Open loop on `connections` lanes; each takes the next due request when it is free and
+    sends it, late if need be, until the window closes; an answer gets REQUEST_TIMEOUT_S."""
+    due_index = itertools.count()
+    interval = 1.0 / ph.target
+
+    async def lane() -> None:
+        conn = Connection(port)
         try:
-            response = await client.post("/runs", json=SPEC)
-            if response.status_code == 202:
-                ids.append(response.json()["id"])
-            else:
-                res.errors += 1
-        except httpx.HTTPError:
-            res.errors += 1
-        res.latencies.append(time.monotonic() - started)
+            while (due := t0 + next(due_index) * interval) < stop_at:
+                if (delay := due - time.monotonic()) > 0:
+                    await asyncio.sleep(delay)
+                elif time.monotonic() >= stop_at:
+                    return  # the window closed while every lane was busy: `unsent`
+                ph.sent += 1
+                sent = time.monotonic()
+                try:
+                    status, _ = await asyncio.wait_for(conn.post("/runs", SPEC), REQUEST_TIMEOUT_S)
+                    if status == 202:
+                        ph.accepted += 1
+                    else:
+                        ph.errors[str(status)] += 1
+                except (OSError, EOFError, ValueError, TimeoutError) as exc:
+                    ph.errors[type(exc).__name__] += 1
+                    conn.close()
+                now = time.monotonic()
+                ph.latencies.append(now - due)
+                ph.served.append(now - sent)
+                ph.window_s = max(ph.window_s, now - t0)
+        finally:
+            conn.close()
 
-    i = 0
-    while True:
-        due = t0 + i * interval
-        if due >= stop_at:
-            break
-        delay = due - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        task = asyncio.create_task(one())
-        pending.add(task)
-        task.add_done_callback(pending.discard)
-        res.sent += 1
-        i += 1
-    res.late_s = max(0.0, time.monotonic() - stop_at)
-    if pending:
-        await asyncio.wait(pending, timeout=30)
+    await asyncio.gather(*(lane() for _ in range(connections)))
+    ph.unsent = max(0, math.ceil((stop_at - t0) * ph.target) - ph.sent)
 
 
 async def subscriber(
-    client: httpx.AsyncClient, res: Result, run_id: str, stop_at: float, live: list[int]
+    ph: Phase, port: int, run_id: str, got: Counter[int], on_attach: Callable[[], None]
 ) -> None:
-    """Stays attached to one long run's SSE stream for the whole window (reconnecting with
-    Last-Event-ID if the stream drops), as a dashboard tab or `trm watch` would."""
+    """One dashboard tab: follows the run's SSE stream, reconnecting with Last-Event-ID."""
     last: str | None = None
-    while time.monotonic() < stop_at:
-        headers = {"Last-Event-ID": last} if last else {}
+    first = True
+    while True:
+        writer = None
         try:
-            live[0] += 1
-            res.sse_peak = max(res.sse_peak, live[0])
-            async with client.stream("GET", f"/runs/{run_id}/events", headers=headers) as response:
-                if response.status_code != 200:
-                    res.sse_errors += 1
-                    await asyncio.sleep(0.5)
-                    continue
-                async for line in response.aiter_lines():
-                    if line.startswith("id:"):
-                        last = line[3:].strip()
-                    elif line.startswith("data:"):
-                        res.sse_events += 1
-                    if time.monotonic() >= stop_at:
-                        return
-        except httpx.HTTPError:
-            res.sse_errors += 1
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+            resume = f"Last-Event-ID: {last}\r\n" if last else ""
+            writer.write(
+                f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: bench\r\n"
+                f"Accept: text/event-stream\r\n{resume}\r\n".encode()
+            )
+            await writer.drain()
+            status, headers = await asyncio.wait_for(read_head(reader), ATTACH_TIMEOUT_S)
+            if status != 200:
+                ph.sse_errors += 1
+                await asyncio.sleep(0.5)
+                continue
+            if first:
+                first = False
+                on_attach()
+            buffer = b""
+            async for part in body_parts(reader, headers):
+                *lines, buffer = (buffer + part).split(b"\n")
+                for line in lines:
+                    if line.startswith(b"id:"):
+                        last = line[3:].strip().decode()
+                    elif line.startswith(b"data:"):
+                        event = json.loads(line[5:])
+                        data = event.get("data") or {}
+                        if event.get("type") == "log" and "bench_n" in data:
+                            got[data["bench_n"]] += 1
+                            if got[data["bench_n"]] == 1:
+                                ph.sse_latencies.append(time.time() - data["sent"])
+            ph.sse_reopened += 1  # the server ended a stream that should not end
+        except (OSError, EOFError, ValueError, TimeoutError):
+            ph.sse_errors += 1
+            await asyncio.sleep(0.5)
         finally:
-            live[0] -= 1
+            if writer is not None:
+                writer.close()
 
 
-async def drive(url: str, res: Result, subscribers: int) -> None:
-    limits = httpx.Limits(max_connections=subscribers + 200, max_keepalive_connections=200)
-    timeout = httpx.Timeout(30.0)
-    ids: list[str] = []
-    live = [0]
-    async with (
-        httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout) as posts,
-        httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout) as streams,
-    ):
-        watched = []
-        for _ in range(WATCHED_RUNS):  # long runs that publish a step every 0.2 s
-            response = await posts.post("/runs", json=WATCHED)
-            watched.append(response.json()["id"])
-        stop_at = time.monotonic() + 2.0 + res.seconds
-        subs = [
-            asyncio.create_task(subscriber(streams, res, watched[i % WATCHED_RUNS], stop_at, live))
-            for i in range(subscribers)
-        ]
-        await asyncio.sleep(2.0)  # let the subscribers attach before the load starts
-        await submitter(posts, res, ids, stop_at)
-        await asyncio.wait(subs, timeout=5)
+def publish(
+    settings: Any,
+    watched: list[str],
+    rate: float,
+    t0: float,
+    stop_at: float,
+    stop: threading.Event,
+    ph: Phase,
+) -> None:
+    """The watched runs' events during the window, through the one publisher the workers use."""
+    from app.db import make_engine
+    from app.events import Publisher
+    from app.redisconn import sync_redis
+
+    engine = make_engine(settings.database_url)
+    publisher = Publisher(engine, sync_redis(settings), settings)
+    try:
+        for i in itertools.count():
+            due = t0 + i / rate
+            if due >= stop_at or stop.wait(max(0.0, due - time.monotonic())):
+                return
+            run_id = watched[i % len(watched)]
+            n = i // len(watched)
+            with contextlib.suppress(Exception):  # an event that failed to publish is not due
+                publisher.publish(run_id, "log", {"bench_n": n, "sent": time.time()})
+                ph.published[run_id].add(n)
+    finally:
+        engine.dispose()
+
+
+async def drive(ph: Phase, stack: Stack, args: argparse.Namespace) -> None:
+    port = stack.port
+    conn = Connection(port)
+    ph.step = "creating the watched runs"
+    watched = []
+    for _ in range(args.watched):
+        status, body = await asyncio.wait_for(conn.post("/runs", json.dumps(WATCHED).encode()), 30)
+        assert status == 202, f"POST /runs for a watched run answered {status}: {body[:300]!r}"
+        watched.append(json.loads(body)["id"])
+    conn.close()
+    ph.published = {run_id: set() for run_id in watched}
+
+    ph.step = f"attaching {ph.subscribers} SSE subscribers"
+    all_attached = asyncio.Event()
+
+    def attached() -> None:
+        ph.attached += 1
+        if ph.attached == ph.subscribers:
+            all_attached.set()
+
+    subs = []
+    for i in range(ph.subscribers):
+        run_id = watched[i % len(watched)]
+        ph.received.append((run_id, Counter()))
+        subs.append(asyncio.create_task(subscriber(ph, port, run_id, ph.received[-1][1], attached)))
+    stop_publishing = threading.Event()
+    publisher: threading.Thread | None = None
+    try:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(all_attached.wait(), ATTACH_TIMEOUT_S)
+        await asyncio.sleep(1.0)  # every stream has replayed and is following
+
+        ph.step = f"the {ph.seconds:g} s load window"
+        t0 = time.monotonic()
+        stop_at = t0 + ph.seconds
+        publisher = threading.Thread(
+            target=publish,
+            args=(stack.settings, watched, args.events_rate, t0, stop_at, stop_publishing, ph),
+            daemon=True,
+        )
+        publisher.start()
+        await submit(ph, port, t0, stop_at, args.connections)
+        stop_publishing.set()
+        await asyncio.to_thread(publisher.join, 10)
+
+        ph.step = "waiting for the last SSE events"
+        deadline = time.monotonic() + DRAIN_S
+        while time.monotonic() < deadline and ph.sse_counts()[2] > 0:
+            await asyncio.sleep(0.2)
+    finally:
+        stop_publishing.set()
         for task in subs:
             task.cancel()
-        counts = (await posts.get("/metrics")).text
-    for line in counts.splitlines():
-        if line.startswith('trm_runs{status="completed"}'):
-            res.completed = int(float(line.split()[-1]))
+        await asyncio.gather(*subs, return_exceptions=True)
 
 
-def run_one(db: str, args: argparse.Namespace) -> Result:
-    from app.db import upgrade
+# --- the service under load --------------------------------------------------------------------
 
-    tmp = Path(tempfile.mkdtemp(prefix=f"trm-load-{db}-"))
-    url, drop = scratch_database(db, tmp)
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        upgrade(url)
-        port = free_port()
-        env = {
-            **os.environ,
+
+class Stack:
+    """A scratch database, the API and the workers; `close()` leaves nothing behind."""
+
+    def __init__(self, db: str, workers: int) -> None:
+        self.db, self.workers = db, workers
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"trm-load-{db}-"))
+        self.port = free_port()
+        self.namespace = f"load{uuid.uuid4().hex[:8]}"
+        self.pg_name = f"trm_load_{uuid.uuid4().hex[:10]}" if db == "postgres" else None
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._closed = threading.Lock()
+        if self.pg_name:
+            url = f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{self.pg_name}"
+        else:
+            url = f"sqlite:///{self.tmp}/trm.db"
+        self.env = {
             "TRM_DATABASE_URL": url,
             "TRM_REDIS_URL": REDIS_URL,
-            "TRM_REDIS_NAMESPACE": f"load{uuid.uuid4().hex[:8]}",
-            "TRM_RUNS_DIR": str(tmp / "runs"),
-            "TRM_DATA_DIR": str(tmp / "data"),
-            "PYTHONUNBUFFERED": "1",
+            "TRM_REDIS_NAMESPACE": self.namespace,
+            "TRM_RUNS_DIR": str(self.tmp / "runs"),
+            "TRM_DATA_DIR": str(self.tmp / "data"),
+            "TRM_LOG_LEVEL": "WARNING",
         }
-        log = open(tmp / "service.log", "wb")  # noqa: SIM115
-        cmd = [sys.executable, "-m", "app.cli"]
-        procs.append(
-            subprocess.Popen(
-                [*cmd, "serve", "--port", str(port)],
-                env=env,
-                cwd=ROOT,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+        from app.settings import Settings
+
+        self.settings = Settings(
+            **{k[4:].lower(): v for k, v in self.env.items() if k != "TRM_LOG_LEVEL"}  # type: ignore[arg-type]
         )
-        for _ in range(args.workers):
-            procs.append(
-                subprocess.Popen(
-                    [*cmd, "worker", "--queues", "cpu,gpu"],
-                    env=env,
-                    cwd=ROOT,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
+
+    def start(self, ph: Phase) -> None:
+        from app.db import upgrade
+
+        ph.step = "creating the database"
+        if self.pg_name:
+            self._pg(f'CREATE DATABASE "{self.pg_name}"')
+        upgrade(self.settings.database_url)
+        ph.step = "starting the API and the workers"
+        log = open(self.tmp / "service.log", "wb")  # noqa: SIM115
+        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        cli = [sys.executable, "-m", "app.cli"]
+        commands = [[*cli, "serve", "--port", str(self.port)]]
+        commands += [[*cli, "worker", "--queues", "cpu"]] * self.workers
+        for command in commands:
+            self.procs.append(
+                subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
             )
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            time.sleep(0.2)
-        res = Result(db, args.rate, args.seconds)
-        asyncio.run(drive(base, res, args.subscribers))
-        print(f"  ({db}: logs in {tmp / 'service.log'})", file=sys.stderr)
-        print(f"  {db}: {row(res)}", file=sys.stderr, flush=True)
-        return res
-    finally:
+            if self._ready():
+                return
+            if any(p.poll() is not None for p in self.procs):
+                raise RuntimeError(f"a service process exited; see {self.tmp / 'service.log'}")
+            time.sleep(0.3)
+        raise RuntimeError(f"API or workers not ready in 60 s; see {self.tmp / 'service.log'}")
+
+    def _ready(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock:
+                sock.sendall(b"GET /readyz HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+                sock.settimeout(5)
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+        except OSError:
+            return False
+        head, _, body = answer.partition(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 200"):
+            return False
+        return bool(json.loads(body)["checks"]["workers"]["alive"] >= self.workers)
+
+    def count_runs(self, ph: Phase) -> None:
+        import sqlalchemy as sa
+
+        from app.db import make_engine
+
+        engine = make_engine(self.settings.database_url)
+        try:
+            with engine.connect() as conn:
+                rows = conn.execute(sa.text("SELECT status, count(*) FROM runs GROUP BY status"))
+                ph.runs_by_status = {status: int(n) for status, n in rows}
+        finally:
+            engine.dispose()
+
+    def close(self) -> None:
+        """Freeze the workers, kill them with every descendant (a stage's child runs in its own
+        session and would outlive its worker), then the API; drop the database and the keys."""
+        if not self._closed.acquire(blocking=False):
+            return
+        procs = [psutil.Process(p.pid) for p in self.procs if p.poll() is None]
         for proc in procs:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-        if drop:
-            drop()  # type: ignore[operator]
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(signal.SIGSTOP)
+        family = []
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                family += proc.children(recursive=True)
+        for proc in [*family, *procs]:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs([*family, *procs], timeout=10)
+        for p in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=1)
+        if self.pg_name:
+            with contextlib.suppress(Exception):
+                self._pg(f'DROP DATABASE IF EXISTS "{self.pg_name}" WITH (FORCE)')
+        with contextlib.suppress(Exception):
+            import redis
+
+            client = redis.Redis.from_url(REDIS_URL, socket_timeout=5)
+            keys = list(client.scan_iter(match=f"*{self.namespace}*", count=1000))
+            for i in range(0, len(keys), 1000):
+                client.delete(*keys[i : i + 1000])
+        shutil.rmtree(self.tmp / "runs", ignore_errors=True)
+
+    @staticmethod
+    def _pg(sql: str) -> None:
+        import psycopg
+
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=10) as conn:
+            conn.execute(sql)
 
 
-def row(r: Result) -> str:
-    achieved = len(r.latencies) / (r.seconds + r.late_s)
+def hard_limit(args: argparse.Namespace) -> float:
+    """The most one phase may take, all of it: start, attach, window, drain, count."""
+    return args.seconds + REQUEST_TIMEOUT_S + ATTACH_TIMEOUT_S + DRAIN_S + 120
+
+
+def run_phase(db: str, args: argparse.Namespace, done: list[Phase]) -> Phase:
+    ph = Phase(db, args.rate, args.seconds, args.subscribers)
+    stack = Stack(db, args.workers)
+    started = resource.getrusage(resource.RUSAGE_SELF)
+
+    def expired() -> None:  # last resort, if even cancelling the phase did not end it
+        ph.outcome = f"HARD TIMEOUT ({hard_limit(args):.0f} s) during {ph.step}"
+        print_table([*done, ph], args)
+        stack.close()
+        os._exit(3)
+
+    watchdog = threading.Timer(hard_limit(args) + 30, expired)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        stack.start(ph)
+        asyncio.run(asyncio.wait_for(drive(ph, stack, args), hard_limit(args) - 60))
+        ph.step = "counting runs"
+        stack.count_runs(ph)
+    except TimeoutError:
+        ph.outcome = f"TIMEOUT during {ph.step}"
+    except Exception as exc:
+        ph.outcome = f"ERROR during {ph.step}: {type(exc).__name__}: {exc}"[:300]
+    finally:
+        stack.close()
+        watchdog.cancel()
+    now = resource.getrusage(resource.RUSAGE_SELF)
+    ph.bench_cpu_s = now.ru_utime + now.ru_stime - started.ru_utime - started.ru_stime
+    print(f"  {db}: {row(ph)}  (logs: {stack.tmp / 'service.log'})", file=sys.stderr, flush=True)
+    return ph
+
+
+HEAD = (
+    "| db | target/s | sent | accepted | errors | unsent | achieved/s | p50 ms | p99 ms | max ms "
+    "| served p50 ms "
+    "| SSE attached | SSE expected | SSE delivered | lost | dup | SSE p50 ms | SSE p99 ms "
+    "| completed | still queued | bench CPU s | outcome |"
+)
+
+
+def row(ph: Phase) -> str:
+    achieved = ph.accepted / max(ph.seconds, ph.window_s) if ph.window_s else 0.0
+    errors = sum(ph.errors.values())
+    detail = ", ".join(f"{k}: {v}" for k, v in ph.errors.most_common(3))
+    expected, delivered, lost, dup = ph.sse_counts()
+    trouble = ""
+    if ph.sse_errors or ph.sse_reopened:
+        trouble = f" ({ph.sse_errors} errors, {ph.sse_reopened} ended)"
+    watched = len(ph.published)
+    queued = ph.runs_by_status.get("queued", 0) - watched if ph.runs_by_status else None
     return (
-        f"| {r.db} | {r.target:.0f} | {r.sent} | {achieved:.0f} | {r.errors} "
-        f"| {r.pct(0.5):.0f} | {r.pct(0.95):.0f} | {r.pct(0.99):.0f} | {r.pct(1.0):.0f} "
-        f"| {r.sse_peak} | {r.sse_events} | {r.sse_errors} | {r.completed} |"
+        f"| {ph.db} | {ph.target:g} | {ph.sent} | {ph.accepted} "
+        f"| {errors}{f' ({detail})' if errors else ''} | {ph.unsent} | {achieved:.0f} "
+        f"| {pct(ph.latencies, 0.5):.0f} | {pct(ph.latencies, 0.99):.0f} "
+        f"| {pct(ph.latencies, 1.0):.0f} | {pct(ph.served, 0.5):.0f} "
+        f"| {ph.attached}/{ph.subscribers}{trouble} | {expected} "
+        f"| {delivered} | {lost} | {dup} | {pct(ph.sse_latencies, 0.5):.0f} "
+        f"| {pct(ph.sse_latencies, 0.99):.0f} | {ph.runs_by_status.get('completed', '-')} "
+        f"| {queued if queued is not None else '-'} | {ph.bench_cpu_s:.0f} | {ph.outcome} |"
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def print_table(phases: list[Phase], args: argparse.Namespace) -> None:
+    print(HEAD)
+    print("|" + "---|" * HEAD.count(" | ") + "---|")
+    for ph in phases:
+        print(row(ph))
+    print(
+        f"\n{args.seconds:g} s window per database, {args.subscribers} SSE subscribers on "
+        f"{args.watched} runs ({args.events_rate:g} events/s in all), {args.workers} workers, "
+        f"{args.connections} connections, loopback, {os.cpu_count()} CPUs shared by the "
+        "generator, the API, the workers and the database.",
+        flush=True,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--db", choices=["postgres", "sqlite", "both"], default="both")
     parser.add_argument("--rate", type=float, default=300.0, help="POST /runs per second")
-    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--seconds", type=float, default=60.0, help="load window per database")
     parser.add_argument("--subscribers", type=int, default=500)
+    parser.add_argument("--watched", type=int, default=10, help="runs the subscribers follow")
+    parser.add_argument("--events-rate", type=float, default=20.0, help="their events per second")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--connections", type=int, default=64, help="most requests in flight")
     args = parser.parse_args()
     args.seconds = min(args.seconds, 300.0)  # bounded
-    dbs = ["postgres", "sqlite"] if args.db == "both" else [args.db]
-    results = [run_one(db, args) for db in dbs]
-    head = (
-        "| db | target/s | sent | achieved/s | errors | p50 ms | p95 ms | p99 ms | max ms "
-        "| SSE peak | SSE events | SSE errors | completed |"
-    )
-    print(head)
-    print("|" + "---|" * 13)
-    for r in results:
-        print(row(r))
-    print(
-        f"\n{args.seconds:.0f} s window, {args.subscribers} SSE subscribers, "
-        f"{args.workers} workers, loopback, {os.cpu_count()} CPUs shared with the generator"
-    )
+    args.subscribers = min(args.subscribers, 5000)
+    done: list[Phase] = []
+    for db in ["postgres", "sqlite"] if args.db == "both" else [args.db]:
+        done.append(run_phase(db, args, done))
+    print_table(done, args)
+    return 0 if all(ph.outcome == "ok" for ph in done) else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

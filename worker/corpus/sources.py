@@ -4,7 +4,9 @@ Every line read ends up in the source's `Tally`: kept, or invalid under a named 
 `bad_json` (not JSON, or not UTF-8), `not_object`, `missing_state` (no state or an empty one),
 `missing_tools`, `bad_tools` (an entry without an id), `duplicate_tools`, `missing_action`,
 `bad_action`, `action_not_in_tools`, `missing_label`, `bad_label` (not "PICK n"),
-`label_out_of_range`, `missing_candidates`, `missing_route`, `bad_route`.
+`label_out_of_range`, `missing_candidates`, `missing_route`, `bad_route`, `line_too_long` (over
+MAX_LINE_BYTES: skipped in pieces, never held in memory, so a file of garbage with no newline
+costs no more memory than a good one).
 
 trm_play_root: `<path>/worlds/<world_id>/trm_traces.jsonl`, one row per decision:
     {"episode": 3, "turn": 7, "label": "PICK 1",
@@ -44,7 +46,7 @@ import re
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from app.schemas.corpus import CorpusSpec, JsonlSource, RouterJsonlSource, Source, TrmPlayRootSource
 from worker.corpus.errors import CorpusInputError
@@ -57,6 +59,8 @@ _MISSING = object()
 compact_json = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode
 
 Progress = Callable[[int], None]
+MAX_LINE_BYTES = 16 << 20  # no row is near this; a longer "line" is garbage
+_SKIP_PIECE = 1 << 20
 
 
 def discover(spec: CorpusSpec) -> list[list[Path]]:
@@ -107,8 +111,12 @@ def _lines(
         label = path.relative_to(root).as_posix() if root.is_dir() else path.name
         tally.files.append(label)
         with path.open("rb") as handle:
-            for lineno, raw in enumerate(handle, 1):
-                progress(len(raw))
+            for lineno, (raw, size) in enumerate(_raw_lines(handle), 1):
+                progress(size)
+                if raw is None:
+                    tally.rows_read += 1
+                    tally.reject("line_too_long", label, lineno)
+                    continue
                 if not raw.strip():
                     tally.blank_lines += 1
                     continue
@@ -122,6 +130,22 @@ def _lines(
                     tally.reject("not_object", label, lineno)
                     continue
                 yield path, label, lineno, obj
+
+
+def _raw_lines(handle: BinaryIO) -> Iterator[tuple[bytes | None, int]]:
+    """(line, its size in bytes) for each line; (None, size) for one longer than MAX_LINE_BYTES,
+    whose rest is read and dropped a piece at a time."""
+    while raw := handle.readline(MAX_LINE_BYTES):
+        if len(raw) < MAX_LINE_BYTES or raw.endswith(b"\n"):
+            yield raw, len(raw)
+            continue
+        size = len(raw)
+        del raw
+        while piece := handle.readline(_SKIP_PIECE):
+            size += len(piece)
+            if piece.endswith(b"\n"):
+                break
+        yield None, size
 
 
 def _dict(value: Any) -> dict[str, Any]:
