@@ -7,7 +7,6 @@ Tests of the search logic use their own launcher that scores knob sets with a pu
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
@@ -99,20 +98,15 @@ class ServiceLauncher:
             klass = "dependency" if exc.status == 501 else "bad_input"
             raise StageFailure(klass, f"candidate {candidate_id}: {exc.message}") from None
         if run.status == "queued":
+            from app.queue import enqueue_now
+            from app.redisconn import sync_redis
+
             try:
-                asyncio.run(self._enqueue(run.id, run.attempt, run.queue))
+                redis = sync_redis(self.settings)
+                enqueue_now(redis, self.settings, run.id, run.attempt, run.queue)
             except Exception as exc:  # Redis down: the reconciler enqueues it once it is back
                 log.warning("could not enqueue candidate run %s: %s", run.id, exc)
         return run.id
-
-    async def _enqueue(self, run_id: str, attempt: int, queue: str) -> None:
-        from app.queue import create_arq_pool, enqueue
-
-        pool = await create_arq_pool(self.settings)
-        try:
-            await enqueue(pool, self.settings, run_id, attempt, queue)
-        finally:
-            await pool.aclose()
 
     def poll(self, run_ids: list[str]) -> dict[str, Outcome]:
         if not run_ids:
