@@ -39,7 +39,7 @@ class QloraTrainerConfig(StrictModel):
     lr: float = Field(default=2e-4, gt=0, lt=1)
     micro_batch: int = Field(default=8, ge=1, le=1024)
     grad_accum: int = Field(default=2, ge=1, le=1024)
-    max_seq_len: int = Field(default=256, ge=16, le=32768)
+    max_seq_len: int = Field(default=512, ge=16, le=32768)  # a route row renders to ~390 tokens
     epochs: int = Field(default=1, ge=1)
     max_steps: int | None = Field(default=None, ge=1)
     eval_every: int = Field(default=50, ge=1)

@@ -1,13 +1,10 @@
-"""kill -9 in the middle of the heavy kinds (slow: minutes on a CPU): a `qlora` run resumes from
-its newest checkpoint on another worker; a hill-climb coordinator resumes with no duplicate ledger
-row and no candidate run twice."""
+"""kill -9 in the middle of a `qlora` run (slow: minutes on a CPU): it resumes from its newest
+checkpoint on another worker. (The hill-climb coordinator's kill -9 is test_coordinator_kill.py.)"""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +12,11 @@ import pytest
 
 from app.settings import Settings
 from tests.conftest import Service, wait_for
-from tests.fault.helpers import read_json, steps_after_attempt, stored_events
-from worker.kinds import missing_stages
+from tests.fault.helpers import read_json, stored_events
 
-# Not in CI yet: both fail on this 2-core box as of this commit (see docs/reliability.md and the
-# closing note); scripts/reliability_report.py --slow runs them.
-pytestmark = [pytest.mark.slow, pytest.mark.soak]
+# In CI (slow, not soak): about 4 minutes on a busy 2-core box with the converted SmolLM2 kept
+# (TRM_TEST_MODEL_CACHE); a first conversion adds a minute or two.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def route_play(data_dir: Path) -> None:
@@ -39,6 +35,10 @@ def env(env: dict[str, str]) -> dict[str, str]:
 def test_qlora_kill9_resumes_from_the_newest_checkpoint(
     service: Service, settings: Settings
 ) -> None:
+    """The run's training resumes on worker-b where worker-a's last checkpoint left it: steps
+    count on, the optimizer's state comes back. (The `evaluate` stage that follows, minutes of
+    SmolLM2 on a CPU, is not what this case is about: the run is cancelled once the trainer is
+    done.)"""
     route_play(settings.data_dir)
     spec = {
         "kind": "train",
@@ -48,76 +48,71 @@ def test_qlora_kill9_resumes_from_the_newest_checkpoint(
             "contract": "action_only",
         },
         "qlora": {
-            "max_steps": 12,
+            "max_steps": 8,
             "checkpoint_every": 2,
             "micro_batch": 2,
             "grad_accum": 1,
-            "max_seq_len": 256,
+            "max_seq_len": 128,  # route rows are ~370 tokens: each keeps its answer and end
             "eval_every": 100,
             "r": 4,
         },
     }
+    # One thread per trainer: on a busy 2-core box, OpenMP's spinning threads made a step 3-5x
+    # slower than one thread.
+    service.env["OMP_NUM_THREADS"] = "1"
     first = service.start_worker("worker-a")
     run = service.submit(spec)
+    run_dir = settings.runs_dir / run["id"]
 
-    def trained_steps() -> int:
-        card = service.run(run["id"])["card"] or {}
-        return int(card.get("step") or 0) if card.get("phase") == "launch_trainer" else 0
+    def newest_checkpoint() -> int:
+        found = (run_dir / "trainer" / "checkpoints").glob("step-*")
+        return max((int(p.name[5:]) for p in found if p.name[5:].isdigit()), default=0)
 
-    wait_for(lambda: trained_steps() >= 5, timeout=900, what="five qlora steps")
+    # Kill once the step-4 checkpoint is on disk (a kill in the middle of a later save is fine:
+    # a checkpoint folder appears whole, by one rename, or not at all).
+    wait_for(lambda: newest_checkpoint() >= 4, timeout=600, what="the step-4 checkpoint")
     service.start_worker("worker-b")
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
-    done = service.wait_status(run["id"], "completed", "failed", timeout=900)
-    assert done["status"] == "completed", done
-    assert [(a["worker_id"], a["outcome"]) for a in done["attempts"]] == [
-        ("worker-a", "interrupted"),
-        ("worker-b", "completed"),
-    ]
-    trainer = read_json(settings.runs_dir / run["id"] / "launch_trainer" / "manifest.json")
-    resumed = trainer["counters"].get("resumed_from_step") or 0
-    assert resumed >= 4 and resumed % 2 == 0, trainer["counters"]
+    newest_at_kill = newest_checkpoint()
+
+    manifest = run_dir / "launch_trainer" / "manifest.json"
+
+    def trainer_done_on_attempt_2() -> bool:
+        found = read_json(manifest) if manifest.exists() else {}
+        return found.get("attempt") == 2 and found.get("status") in ("completed", "failed")
+
+    wait_for(trainer_done_on_attempt_2, timeout=600, what="attempt 2's launch_trainer")
+    trainer = read_json(manifest)
+    assert trainer["status"] == "completed", trainer["error"]
+    resumed = trainer["counters"].get("resumed_from_step")
+    # The newest checkpoint on disk at the kill (one more may land while the trainer dies).
+    assert resumed in (newest_at_kill, newest_at_kill + 2) and resumed >= 4, trainer["counters"]
+    assert f"resumed from the checkpoint at step {resumed}" in trainer["notes"]
+    result = trainer["result"]
+    assert result["steps"] == 8 and result["optimizer_state_step"] == 8  # Adam's count went on
+    assert result["rows_trained"] == 8 * 2  # rows trained in all, both attempts
     events = stored_events(settings, run["id"])
-    steps = [s for s in steps_after_attempt(events, 2) if s is not None]
-    assert steps and steps == sorted(set(steps)) and steps[0] == resumed + 1, steps
+    steps = [
+        e["data"]["step"]
+        for e in events[events.index(attempt_started(events, 2)) :]
+        if e["type"] == "metric" and e["data"].get("stage") == "launch_trainer"
+        and "loss" in e["data"]
+    ]  # fmt: skip
+    assert steps == list(range(resumed + 1, 9)), "attempt 2 counts on from its checkpoint"
+
+    assert service.http.post(f"/runs/{run['id']}/cancel").status_code == 202
+    done = service.wait_status(run["id"], "cancelled", "completed", "failed", timeout=120)
+    assert [a["worker_id"] for a in done["attempts"]] == ["worker-a", "worker-b"]
+    assert done["attempts"][0]["outcome"] == "interrupted"
+    assert done["status"] in ("cancelled", "completed"), done
 
 
-def ledger(service: Service, run_id: str) -> list[dict[str, Any]]:
-    return list(service.http.get(f"/runs/{run_id}/ledger").json()["entries"])
-
-
-@pytest.mark.skipif(bool(missing_stages("hillclimb", False)), reason="hill-climb not built")
-@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
-def test_killed_coordinator_resumes_without_duplicates(
-    service: Service, settings: Settings
-) -> None:
-    from tests.hillclimb.test_service import tiny_search
-
-    spec = tiny_search(settings.data_dir, max_candidates=4, parallelism=1)
-    service.start_worker("worker-a")
-    service.start_worker("worker-b")
-    search = service.submit(spec)
-
-    def in_flight() -> bool:  # kill while a candidate is running, after one has finished
-        rows = ledger(service, search["id"])
-        events = Counter(r["event"] for r in rows)
-        return events["finished"] >= 1 and events["started"] > events["finished"]
-
-    wait_for(in_flight, timeout=240, what="a second candidate in flight")
-    holder = service.run(search["id"])["worker_id"]
-    victim = {"worker-a": service.procs[1], "worker-b": service.procs[2]}[holder]
-    os.kill(victim.pid, signal.SIGKILL)
-    victim.wait()
-    service.start_worker("worker-c")
-    done = service.wait_status(search["id"], "completed", "failed", timeout=400)
-    assert done["status"] == "completed", done
-    assert done["attempt"] == 2
-    rows = ledger(service, search["id"])
-    assert max(Counter((r["candidate_id"], r["event"]) for r in rows).values()) == 1
-    assert [r["seq"] for r in rows] == list(range(rows[0]["seq"], rows[0]["seq"] + len(rows)))
-    children = service.http.get("/runs", params={"parent": search["id"]}).json()["runs"]
-    proposed = {r["candidate_id"] for r in rows if r["event"] == "proposed"}
-    assert len(children) == len(proposed)  # one child run per candidate, none run twice
-    jsonl = (settings.runs_dir / search["id"] / "hillclimb_ledger.jsonl").read_text().splitlines()
-    assert len(jsonl) == len(rows)
-    assert all(json.loads(line)["seq"] == r["seq"] for line, r in zip(jsonl, rows, strict=True))
+def attempt_started(events: list[dict[str, Any]], attempt: int) -> dict[str, Any]:
+    return next(
+        e
+        for e in events
+        if e["type"] == "status"
+        and e["data"]["status"] == "running"
+        and e["data"]["attempt"] == attempt
+    )

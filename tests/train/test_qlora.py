@@ -16,7 +16,7 @@ from tests.train.qlora_fixtures import TINY_LLAMA, model_cache, qlora_corpus  # 
 
 # ruff: noqa: F811 (pytest fixtures imported above are named as test arguments)
 from worker.context import StageFailure
-from worker.train import base_model, qlora
+from worker.train import base_model, chat_data, checkpoints, qlora
 from worker.train.base_model import BUILTIN, CONVERTED_MARKER, resolve_base_model
 from worker.train.callbacks import TrainerCallbacks
 
@@ -75,7 +75,7 @@ def test_labels_cover_exactly_the_assistant_answer_and_its_end_token(qlora_corpu
     tokenizer = AutoTokenizer.from_pretrained(model_cache / BUILTIN)
     row = json.loads((qlora_corpus / "messages.jsonl").read_text().splitlines()[0])
     messages = row["messages"]
-    ids, labels = qlora.assistant_labels(tokenizer, messages)
+    ids, labels = chat_data.assistant_labels(tokenizer, messages)
 
     text = tokenizer.apply_chat_template(messages, tokenize=False)
     answer = messages[-1]["content"]
@@ -90,24 +90,25 @@ def test_labels_cover_exactly_the_assistant_answer_and_its_end_token(qlora_corpu
         if in_answer[i] or i == end_token:
             assert label == token, f"token {i} {tokenizer.decode([token])!r} is not labelled"
         else:
-            assert label == qlora.IGNORE, f"token {i} {tokenizer.decode([token])!r} is labelled"
-    assert tokenizer.decode([t for t in labels if t != qlora.IGNORE]) == answer + "<|im_end|>"
-    assert sum(label != qlora.IGNORE for label in labels) < len(ids) // 20  # the prompt is not
+            assert label == chat_data.IGNORE, f"token {i} {tokenizer.decode([token])!r} is labelled"
+    assert tokenizer.decode([t for t in labels if t != chat_data.IGNORE]) == answer + "<|im_end|>"
+    assert sum(label != chat_data.IGNORE for label in labels) < len(ids) // 20  # the prompt is not
 
 
 def test_packed_rows_do_not_attend_to_each_other(qlora_corpus, model_cache):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_cache / TINY_LLAMA)
-    rows = qlora.read_messages(qlora_corpus / "messages.jsonl")[:2]
-    examples = qlora.encode(tokenizer, rows, 128)
+    rows = chat_data.read_messages(qlora_corpus / "messages.jsonl")[:2]
+    examples = chat_data.encode(tokenizer, rows, 128).examples
     device, dtype = qlora.device_and_dtype()
     model = qlora.build_model(model_cache / TINY_LLAMA, qlora.DEFAULTS, device, dtype).eval()
     pad = tokenizer.pad_token_id
 
     def loss(sequences: list[list[int]]) -> float:
         with torch.no_grad():
-            return qlora.answer_loss(model, qlora.collate(examples, sequences, pad), device).item()
+            batch = chat_data.collate(examples, sequences, pad)
+            return qlora.answer_loss(model, batch, device).item()
 
     alone, packed, padded = loss([[0]]) + loss([[1]]), loss([[0, 1]]), loss([[0], [1, 0]])
     assert packed == pytest.approx(alone, rel=1e-4)
@@ -118,8 +119,9 @@ def test_an_eval_midway_leaves_the_training_gradients_unchanged(qlora_corpus, mo
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_cache / TINY_LLAMA)
-    rows = qlora.read_messages(qlora_corpus / "messages.jsonl")[:2]
-    batch = qlora.collate(qlora.encode(tokenizer, rows, 96), [[0], [1]], tokenizer.pad_token_id)
+    rows = chat_data.read_messages(qlora_corpus / "messages.jsonl")[:2]
+    examples = chat_data.encode(tokenizer, rows, 96).examples
+    batch = chat_data.collate(examples, [[0], [1]], tokenizer.pad_token_id)
     device, dtype = qlora.device_and_dtype()
     config = {**qlora.DEFAULTS, "dropout": 0.0}
 
@@ -276,7 +278,7 @@ def test_the_adapter_reloads_onto_a_4bit_base_with_the_same_logits(smol_run, mod
     out, model = smol_run["out"], smol_run["model"].eval()
     adapter = out / "adapter"
     reloaded, tokenizer = qlora.load_adapter(adapter, model_cache)
-    row = qlora.read_messages(smol_run["corpus"] / "messages.jsonl")[0]
+    row = chat_data.read_messages(smol_run["corpus"] / "messages.jsonl")[0]
     prompt = row["messages"][:-1]
     text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
     ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"][:, -96:]
@@ -305,9 +307,9 @@ def test_resume_continues_from_the_saved_optimizer_state(qlora_corpus, model_cac
 
     first = train(config, qlora_corpus, tmp_path / "split", model_cache, StopAt(2))
     assert first["stopped_by"] == "cancel" and first["steps"] == 2
-    assert [p.name for p in qlora.list_checkpoints(tmp_path / "split")] == ["step-000002"]
-    optimizer = torch.load(tmp_path / "split/checkpoints/step-000002/optimizer.pt")
-    assert {int(s["step"]) for s in optimizer["state"].values()} == {2}
+    assert [p.name for p in checkpoints.list_checkpoints(tmp_path / "split")] == ["step-000002"]
+    state = torch.load(tmp_path / "split/checkpoints/step-000002/trainer_state.pt")
+    assert {int(s["step"]) for s in state["optimizer"]["state"].values()} == {2}
 
     callbacks = TrainerCallbacks()
     second = train(config, qlora_corpus, tmp_path / "split", model_cache, callbacks)
@@ -342,7 +344,7 @@ def test_probe_trains_exactly_one_batch(qlora_corpus, model_cache, tmp_path):
     result = train({**TINY, "max_steps": 50}, qlora_corpus, tmp_path, model_cache, callbacks, True)
     assert result["steps"] == 1 and len(callbacks.steps) == 1
     assert result["rows_trained"] <= TINY["micro_batch"] * 2  # one micro-batch of packed rows
-    assert callbacks.evals == [] and qlora.list_checkpoints(tmp_path) == []
+    assert callbacks.evals == [] and checkpoints.list_checkpoints(tmp_path) == []
     assert (tmp_path / "adapter" / "adapter_model.safetensors").exists()
 
 
@@ -353,7 +355,7 @@ def test_a_budget_stop_keeps_what_was_trained(qlora_corpus, model_cache, tmp_pat
 
     result = train({**TINY, "max_steps": 5}, qlora_corpus, tmp_path, model_cache, Budget())
     assert result["stopped_by"] == "budget" and result["steps"] == 1
-    assert [p.name for p in qlora.list_checkpoints(tmp_path)] == ["step-000001"]
+    assert [p.name for p in checkpoints.list_checkpoints(tmp_path)] == ["step-000001"]
     assert (tmp_path / "adapter" / "adapter_model.safetensors").exists()
 
 
@@ -361,3 +363,71 @@ def test_unknown_config_keys_are_refused(qlora_corpus, model_cache, tmp_path):
     with pytest.raises(StageFailure) as caught:
         train({**TINY, "learning_rate": 1e-3}, qlora_corpus, tmp_path, model_cache)
     assert caught.value.failure_class == "bad_input" and "learning_rate" in caught.value.reason
+
+
+# ---- rows and max_seq_len ----------------------------------------------------------------------
+def label_span(example: chat_data.Example) -> list[int]:
+    return [t for t in example.labels if t != chat_data.IGNORE]
+
+
+def test_route_rows_train_whole_at_the_default_max_seq_len(qlora_corpus, model_cache):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_cache / BUILTIN)
+    rows = chat_data.read_messages(qlora_corpus / "messages.jsonl")
+    encoded = chat_data.encode(tokenizer, rows, qlora.DEFAULTS["max_seq_len"])
+    assert encoded.truncated == encoded.dropped == 0
+    assert len(encoded.examples) == len(rows) and encoded.longest <= qlora.DEFAULTS["max_seq_len"]
+
+
+def test_rows_over_max_seq_len_keep_their_answer_and_are_counted_in_run_meta(
+    qlora_corpus, model_cache, tmp_path
+):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_cache / TINY_LLAMA)
+    rows = chat_data.read_messages(qlora_corpus / "messages.jsonl")
+    whole = chat_data.encode(tokenizer, rows, 4096)
+    cut = chat_data.encode(tokenizer, rows, 128)
+    assert cut.truncated == len(rows) and cut.dropped == 0  # every route row is ~370 tokens
+    for full, short in zip(whole.examples, cut.examples, strict=True):
+        assert len(short.ids) == 128 and label_span(short) == label_span(full)
+
+    result = train({**TINY, "max_steps": 1}, qlora_corpus, tmp_path, model_cache)
+    meta = json.loads((tmp_path / "run_meta.json").read_text())
+    assert result["rows_truncated"] == meta["result"]["rows_truncated"] == len(rows)
+    assert meta["result"]["data"]["train"] == {
+        "rows": len(rows), "truncated": len(rows), "dropped": 0,
+        "longest_tokens": whole.longest,
+    }  # fmt: skip
+
+
+def test_a_row_whose_answer_does_not_fit_is_dropped_not_trained_on_nothing(
+    qlora_corpus, model_cache, tmp_path
+):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_cache / TINY_LLAMA)
+    rows = chat_data.read_messages(qlora_corpus / "messages.jsonl")
+    # Tokens from each row's first labelled token to its end: the answer, <|im_end|>, "\n".
+    tails = []
+    for row in rows:
+        ids, labels = chat_data.assistant_labels(tokenizer, row["messages"])
+        tails.append(len(ids) - next(i for i, t in enumerate(labels) if t != chat_data.IGNORE))
+    limit = sorted(set(tails))[len(set(tails)) // 2]  # longer answers than this do not fit
+    encoded = chat_data.encode(tokenizer, rows, limit)
+    assert encoded.dropped == sum(t >= limit for t in tails) > 0
+    assert len(encoded.examples) == len(rows) - encoded.dropped > 0
+    for example in encoded.examples:  # what is kept still has a whole answer to learn
+        assert len(label_span(example)) >= 2 and example.labels[0] == chat_data.IGNORE
+
+    result = train({**TINY, "max_seq_len": limit, "max_steps": 1}, qlora_corpus, tmp_path,
+                   model_cache)  # fmt: skip
+    assert result["rows_dropped"] == encoded.dropped and result["label_tokens_trained"] > 0
+
+    with pytest.raises(StageFailure) as caught:
+        train({**TINY, "max_seq_len": 2}, qlora_corpus, tmp_path / "none", model_cache)
+    assert caught.value.failure_class == "bad_input"
+    longest = chat_data.encode(tokenizer, rows, 4096).longest
+    assert "max_seq_len=2" in caught.value.reason
+    assert f"the longest row is {longest} tokens: raise max_seq_len" in caught.value.reason

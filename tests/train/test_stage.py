@@ -12,9 +12,12 @@ import torch
 
 from app.card import Card
 from app.settings import Settings
+from tests.train.qlora_fixtures import TINY_LLAMA, model_cache, qlora_corpus  # noqa: F401
 from worker.context import StageContext, StageFailure
 from worker.train import trm
 from worker.train.stage import launch_trainer
+
+# ruff: noqa: F811 (pytest fixtures imported above are named as test arguments)
 
 
 class Events:
@@ -37,14 +40,16 @@ def make_ctx(
     *,
     probe: bool = False,
     budget: dict[str, Any] | None = None,
+    trainer: str = "trm",
+    model_cache: Path | None = None,
 ) -> StageContext:
     run_dir = tmp_path / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     resolved = {
-        "run_id": "r1", "trainer": "trm", "config": config, "contract": "action_only",
+        "run_id": "r1", "trainer": trainer, "config": config, "contract": "action_only",
         "corpus_dir": str(corpus_dir), "corpus_hash": None,
         "output_dir": str(run_dir / "trainer"), "seed": 0, "probe": probe,
-        "budget": budget or {}, "model_cache": str(tmp_path / "models"),
+        "budget": budget or {}, "model_cache": str(model_cache or tmp_path / "models"),
     }  # fmt: skip
     (run_dir / "trainer_config.resolved.json").write_text(json.dumps(resolved))
     return StageContext(
@@ -157,5 +162,24 @@ def test_token_budget_stops_training_and_keeps_a_checkpoint(
     ctx = make_ctx(tmp_path, route_corpus, {"hidden": 16}, budget={"max_tokens": 1})
     result = launch_trainer(ctx, {})
     assert result["stopped_by"] == "budget" and result["steps"] == 1
-    assert (ctx.run_dir / "trainer" / "checkpoints" / "step-1").is_dir()
+    assert (ctx.run_dir / "trainer" / "checkpoints" / "step-000001").is_dir()
     assert any("stopped by budget" in n for n in ctx.notes)
+
+
+def test_a_resumed_qlora_attempt_and_its_cut_rows_show_in_the_stage_counters(
+    tmp_path: Path, qlora_corpus: Path, model_cache: Path
+) -> None:
+    config = {"base_model": TINY_LLAMA, "micro_batch": 2, "grad_accum": 1, "max_seq_len": 128,
+              "max_steps": 3, "checkpoint_every": 10, "eval_every": 10}  # fmt: skip
+    first = make_ctx(tmp_path, qlora_corpus, config, trainer="qlora", model_cache=model_cache,
+                     budget={"max_tokens": 1})  # fmt: skip
+    assert launch_trainer(first, {})["stopped_by"] == "budget"
+    assert "resumed_from_step" not in first.counters  # a fresh start
+
+    again = make_ctx(tmp_path, qlora_corpus, config, trainer="qlora", model_cache=model_cache)
+    result = launch_trainer(again, {})
+    assert result["steps"] == 3 and again.counters["resumed_from_step"] == 1
+    assert again.publisher.steps() == [2, 3]  # type: ignore[attr-defined]
+    rows = len((qlora_corpus / "messages.jsonl").read_text().splitlines())
+    assert again.counters["rows_truncated"] == rows and again.counters["rows_dropped"] == 0
+    assert any(f"{rows} training rows longer than max_seq_len=128" in n for n in again.notes)

@@ -1,8 +1,10 @@
 """The `qlora` trainer (SPEC §6): a LoRA adapter on a 4-bit NF4 causal LM, config in, adapter out.
 
-Read it top to bottom: the data (chat rows -> token ids with labels on the assistant's answer
-only, packed into sequences), the model (4-bit base, LoRA on top), checkpoints, and `train`,
-the loop. The service plugs in through `TrainerCallbacks`: `on_step` after every optimizer step,
+Read it top to bottom: the model (4-bit base, LoRA on top, the loss), then `train`, the loop,
+then the loop's small parts. The data (chat rows -> token ids with labels on the assistant's
+answer only, packed into sequences; what happens to rows over `max_seq_len`) is in
+`chat_data.py`; checkpoints (atomic, newest wins, shared with `trm`) in `checkpoints.py`. The
+service plugs in through `TrainerCallbacks`: `on_step` after every optimizer step,
 `should_stop()` at every step boundary (cancel, shutdown, budget: save a checkpoint, return),
 `on_eval`, `on_checkpoint`.
 
@@ -14,147 +16,40 @@ Choices that matter for speed and memory, each for a reason:
   almost no compute goes to padding.
 - Gradient checkpointing is on: the activations of a 30-layer model at 8 x 256 tokens would
   otherwise dominate memory, for about a third more compute.
-- Data order depends only on the seed and the epoch, never on `micro_batch`, so a run resumed after
-  an OOM retry (half the micro-batch, twice the accumulation) sees the same rows at each step.
+- A resumed run is the uninterrupted one: the checkpoint holds the adapter, the optimizer and
+  scheduler state and the RNG, and the data order is a function of (seed, epoch) only.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import os
 import platform
-import random
 import resource
-import shutil
 import time
-from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import psutil
 import torch
 import torch.nn.functional as F
 
 from app.schemas.specs import QloraTrainerConfig
 from worker.context import StageFailure
+from worker.manifests import sha256_file
+from worker.train import checkpoints
 from worker.train.base_model import resolve_base_model
 from worker.train.callbacks import TrainerCallbacks
+from worker.train.chat_data import IGNORE, collate, encode, plan_epoch, read_messages
+from worker.train.memory import Rss, peak_vram, reset_peak_vram, return_freed_memory
 
 # The spec's defaults, plus `max_seconds`, which the stage may pass from the run's budget.
 DEFAULTS: dict[str, Any] = {**QloraTrainerConfig().model_dump(), "max_seconds": None}
 # Keys that may change between attempts without invalidating a checkpoint (the OOM retry).
 RESUMABLE_CHANGES = ("micro_batch", "grad_accum", "eval_every", "checkpoint_every", "max_seconds")
-IGNORE = -100
 EVAL_ROWS = 256  # a fixed sample of val rows; eval is a signal, not the scorecard
-GROUP_CHUNK = 256  # rows sorted by length together when `packing` is off
-PACK_LOOKBACK = 64  # open sequences a row may go into (first fit among the newest)
 WARMUP_FRACTION = 0.03
-KEEP_CHECKPOINTS = 2
-ADAPTER, CHECKPOINTS, RUN_META = "adapter", "checkpoints", "run_meta.json"
-STATE_FILE = "state.json"  # written last: a checkpoint without it is incomplete
-
-
-# ---- data: chat rows -> ids and labels ---------------------------------------------------------
-@dataclass
-class Example:
-    ids: list[int]
-    labels: list[int]
-    truncated: bool
-
-
-def assistant_labels(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[list[int], list[int]]:
-    """Render `messages` with the tokenizer's chat template; label the last (assistant) message's
-    content tokens and the end-of-turn token that closes it (so the model learns to stop), and
-    nothing else (-100)."""
-    prompt = tokenizer.apply_chat_template(
-        messages[:-1], tokenize=False, add_generation_prompt=True
-    )
-    text = tokenizer.apply_chat_template(messages, tokenize=False)
-    answer = messages[-1]["content"]
-    start = text.find(answer, len(prompt)) if text.startswith(prompt) and answer else -1
-    if start < 0:
-        raise StageFailure(
-            "bad_input",
-            "the base model's chat template does not render the assistant answer right after the "
-            "prompt; use a model whose template does (ChatML, Llama 3, Qwen2.5, SmolLM2)",
-        )
-    end = start + len(answer)
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    ids, offsets = enc["input_ids"], enc["offset_mapping"]
-    labels = [
-        tok if s < end and e > start else IGNORE for tok, (s, e) in zip(ids, offsets, strict=True)
-    ]
-    after = next((i for i, (s, _) in enumerate(offsets) if s >= end), None)
-    if after is not None and ids[after] in set(tokenizer.all_special_ids):
-        labels[after] = ids[after]
-    return ids, labels
-
-
-def encode(tokenizer: Any, rows: list[dict[str, Any]], max_seq_len: int) -> list[Example]:
-    """Token ids and labels per row; a row over `max_seq_len` keeps its end (the answer and the
-    candidates) and is counted as truncated."""
-    out = []
-    for row in rows:
-        ids, labels = assistant_labels(tokenizer, row["messages"])
-        cut = len(ids) > max_seq_len
-        out.append(Example(ids[-max_seq_len:], labels[-max_seq_len:], cut))
-    return out
-
-
-def plan_epoch(lengths: list[int], max_seq_len: int, packing: bool, seed: int, epoch: int):
-    """The epoch's sequences, each a list of row indices, in training order."""
-    rng = random.Random(f"qlora:{seed}:{epoch}")
-    order = list(range(len(lengths)))
-    rng.shuffle(order)
-    if not packing:  # length-grouped: similar lengths side by side, chunks in random order
-        chunks = [order[i : i + GROUP_CHUNK] for i in range(0, len(order), GROUP_CHUNK)]
-        return [[i] for chunk in chunks for i in sorted(chunk, key=lambda i: lengths[i])]
-    sequences: list[list[int]] = []
-    room: list[int] = []
-    for i in order:
-        first = max(0, len(sequences) - PACK_LOOKBACK)
-        slot = next((s for s in range(first, len(sequences)) if room[s] >= lengths[i]), None)
-        if slot is None:
-            sequences.append([])
-            room.append(max_seq_len)
-            slot = len(sequences) - 1
-        sequences[slot].append(i)
-        room[slot] -= lengths[i]
-    rng.shuffle(sequences)
-    return sequences
-
-
-def collate(examples: list[Example], sequences: list[list[int]], pad_id: int) -> dict[str, Any]:
-    """A micro-batch: rows concatenated per sequence, position ids restarting at every row (the
-    model then keeps each row's attention to itself), padding as one more ignored segment."""
-    ids, pos, labels = [], [], []
-    for seq in sequences:
-        ids.append([t for i in seq for t in examples[i].ids])
-        labels.append([t for i in seq for t in examples[i].labels])
-        pos.append([p for i in seq for p in range(len(examples[i].ids))])
-    width = max(len(x) for x in ids)
-    real = sum(len(x) for x in ids)
-    for row_ids, row_pos, row_labels in zip(ids, pos, labels, strict=True):
-        pad = width - len(row_ids)
-        row_ids += [pad_id] * pad
-        row_pos += list(range(pad))
-        row_labels += [IGNORE] * pad
-    return {
-        "input_ids": torch.tensor(ids),
-        "position_ids": torch.tensor(pos),
-        "labels": torch.tensor(labels),
-        "tokens": real,
-        "rows": sum(len(seq) for seq in sequences),
-        "label_tokens": sum(t != IGNORE for row in labels for t in row[1:]),
-    }
-
-
-def read_messages(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+ADAPTER, RUN_META, ADAPTER_FILE = "adapter", "run_meta.json", "adapter_model.safetensors"
 
 
 # ---- model -------------------------------------------------------------------------------------
@@ -253,68 +148,35 @@ def evaluate(model, examples, sequences, micro_batch, pad_id, device) -> float:
     return total / max(count, 1)
 
 
-# ---- checkpoints -------------------------------------------------------------------------------
-def list_checkpoints(out_dir: Path) -> list[Path]:
-    found = [p for p in (out_dir / CHECKPOINTS).glob("step-*") if (p / STATE_FILE).exists()]
-    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
-
-
-def save_checkpoint(out_dir: Path, model, optimizer, scheduler, state: dict[str, Any]) -> Path:
-    """Adapter weights, optimizer, scheduler, RNG and counters; a temp folder renamed into place."""
-    from peft import get_peft_model_state_dict
-    from safetensors.torch import save_file
-
-    final = out_dir / CHECKPOINTS / f"step-{state['step']:06d}"
-    tmp = final.with_name(final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    lora = get_peft_model_state_dict(model)
-    weights = {k: v.detach().cpu().contiguous() for k, v in lora.items()}
-    save_file(weights, tmp / "adapter_model.safetensors")
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-    rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        rng["cuda"] = torch.cuda.get_rng_state_all()
-    torch.save(rng, tmp / "rng.pt")
-    (tmp / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    for old in list_checkpoints(out_dir)[:-KEEP_CHECKPOINTS]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
-
-
-def load_checkpoint(path: Path, model, optimizer, scheduler) -> dict[str, Any]:
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    set_peft_model_state_dict(model, load_file(path / "adapter_model.safetensors"))
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
-    scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
-    rng = torch.load(path / "rng.pt", weights_only=False)
-    torch.set_rng_state(rng["torch"])
-    random.setstate(rng["python"])
-    if "cuda" in rng and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rng["cuda"])
-    return json.loads((path / STATE_FILE).read_text())
-
-
 def save_adapter(out_dir: Path, model, tokenizer, base_model: str) -> Path:
     """`adapter/`: the LoRA weights, its config naming the base model as the spec did (so
     `load_adapter` resolves it through MODEL_CACHE wherever that is), and the tokenizer."""
-    final = out_dir / ADAPTER
-    tmp = final.with_name(ADAPTER + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    config_path = tmp / "adapter_config.json"
-    adapter_config = json.loads(config_path.read_text())
-    adapter_config["base_model_name_or_path"] = base_model
-    config_path.write_text(json.dumps(adapter_config, indent=2) + "\n")
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    return final
+
+    def write(folder: Path) -> None:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        config_path = folder / "adapter_config.json"
+        adapter_config = json.loads(config_path.read_text())
+        adapter_config["base_model_name_or_path"] = base_model
+        config_path.write_text(json.dumps(adapter_config, indent=2) + "\n")
+
+    return checkpoints.write_folder(out_dir / ADAPTER, write)
+
+
+def save_lora(model: Any, folder: Path) -> None:
+    """The LoRA weights alone: a checkpoint's model part (the base model never changes)."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    lora = get_peft_model_state_dict(model)
+    save_file({k: v.detach().cpu().contiguous() for k, v in lora.items()}, folder / ADAPTER_FILE)
+
+
+def load_lora(model: Any, folder: Path) -> None:
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    set_peft_model_state_dict(model, load_file(folder / ADAPTER_FILE))
 
 
 # ---- the loop ----------------------------------------------------------------------------------
@@ -342,11 +204,9 @@ def train(
     corpus_dir, out_dir = Path(corpus_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     device, dtype = device_and_dtype()
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
+    reset_peak_vram()
     return_freed_memory()
     rss = Rss()
-    rss.sample()
 
     base_dir = resolve_base_model(cfg["base_model"], Path(model_cache))
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
@@ -357,8 +217,15 @@ def train(
         raise StageFailure(
             "bad_input", f"{train_path} has no rows: check the corpus (corpus/manifest.json)"
         )
-    examples = encode(tokenizer, train_rows, cfg["max_seq_len"])
-    val = encode(tokenizer, read_messages(val_path)[:EVAL_ROWS], cfg["max_seq_len"])
+    encoded = encode(tokenizer, train_rows, cfg["max_seq_len"])
+    val_encoded = encode(tokenizer, read_messages(val_path)[:EVAL_ROWS], cfg["max_seq_len"])
+    examples, val = encoded.examples, val_encoded.examples
+    if not examples:
+        raise StageFailure(
+            "bad_input",
+            f"no row of {train_path.name} fits qlora.max_seq_len={cfg['max_seq_len']} with its "
+            f"whole answer; the longest row is {encoded.longest} tokens: raise max_seq_len",
+        )
     lengths = [len(e.ids) for e in examples]
     val_sequences = plan_epoch([len(e.ids) for e in val], cfg["max_seq_len"], True, seed, -1)
 
@@ -377,8 +244,7 @@ def train(
     total = int(cfg["max_steps"] or sum(steps_in_epoch(e) for e in range(int(cfg["epochs"]))))
     total = 1 if probe else total
 
-    random.seed(seed)
-    torch.manual_seed(seed)
+    torch.manual_seed(seed)  # the LoRA init (a resume restores the RNG from its checkpoint)
     model = build_model(base_dir, cfg, device, dtype)
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -386,20 +252,14 @@ def train(
     warmup = max(1, round(WARMUP_FRACTION * total))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, warmup, total))
 
-    fingerprint = config_fingerprint(cfg, train_path)
+    fingerprint = checkpoints.fingerprint(cfg, RESUMABLE_CHANGES, [train_path])
     counters = {"step": 0, "rows_trained": 0, "tokens_trained": 0, "label_tokens_trained": 0}
-    checkpoints = [] if probe else list_checkpoints(out_dir)
+    resume = None if probe else checkpoints.resume_point(out_dir, fingerprint)
     resumed_from = None
-    if checkpoints:
-        state = load_checkpoint(checkpoints[-1], model, optimizer, scheduler)
-        if state["fingerprint"] != fingerprint:
-            raise StageFailure(
-                "bad_input",
-                f"{checkpoints[-1]} was saved by a run with another config, corpus or seed; "
-                f"delete {out_dir / CHECKPOINTS} to start over, or restore the config",
-            )
-        counters = {k: state[k] for k in counters}
-        resumed_from = state["step"]
+    if resume is not None:  # the adapter, optimizer, scheduler and RNG as they were at its step
+        load_lora(model, resume)
+        state = checkpoints.load(resume, optimizer, scheduler)
+        counters, resumed_from = {k: state[k] for k in counters}, state["step"]
 
     evals: list[dict[str, Any]] = []
 
@@ -409,11 +269,11 @@ def train(
             evals.append({"step": step, "loss": loss})
             callbacks.on_eval(step, loss=loss)
 
-    def checkpoint() -> Path:
-        state = {**counters, "fingerprint": fingerprint, "total_steps": total, "config": cfg}
-        path = save_checkpoint(out_dir, model, optimizer, scheduler, state)
-        callbacks.on_checkpoint(counters["step"], path)
-        return path
+    def checkpoint() -> None:
+        step, lora = counters["step"], partial(save_lora, model)
+        meta = {**counters, "fingerprint": fingerprint, "total_steps": total, "config": cfg}
+        path = checkpoints.save(out_dir, step, lora, optimizer, scheduler, meta)
+        callbacks.on_checkpoint(step, path)
 
     if resumed_from is None:
         run_eval(0)
@@ -462,6 +322,7 @@ def train(
         callbacks.on_step(
             step, total, loss=step_loss, lr=lr, tokens_per_s=tokens / max(seconds, 1e-9),
             tokens=tokens, seconds=seconds, epoch=epoch,
+            tokens_trained=counters["tokens_trained"],  # the run's `max_tokens` budget reads it
         )  # fmt: skip
         if probe:
             continue
@@ -482,19 +343,21 @@ def train(
         "final_loss": step_losses[-1] if step_losses else None,
         "first_loss": step_losses[0] if step_losses else None,
         "eval_loss": evals[-1]["loss"] if evals else None, "evals": evals,
-        "rows_truncated": sum(e.truncated for e in examples),
+        "rows_truncated": encoded.truncated, "rows_dropped": encoded.dropped,
+        "data": {"max_seq_len": cfg["max_seq_len"], "train": encoded.counts(),
+                 "val": val_encoded.counts()},
         "tokens_per_s": trained[0] / trained[1] if trained[1] else None,
         "seconds": time.time() - started,
         "peak_rss_bytes": rss.peak,
         "peak_rss_process_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "peak_vram_bytes": torch.cuda.max_memory_allocated() if device.type == "cuda" else None,
+        "peak_vram_bytes": peak_vram(),
         "device": device.type, "compute_dtype": str(dtype).removeprefix("torch."),
         "trainable_params": sum(p.numel() for p in trainable),
     }  # fmt: skip
     meta = run_meta(cfg, result, contract, base_dir, corpus_dir, train_path, val_path, probe)
     meta_path = out_dir / RUN_META
     meta_path.write_text(json.dumps(meta, indent=2, default=str) + "\n")
-    newest = list_checkpoints(out_dir)[-1:]
+    newest = checkpoints.list_checkpoints(out_dir)[-1:]
     result["artifacts"] = [str(adapter), str(meta_path), *map(str, newest)]
     return result
 
@@ -530,40 +393,6 @@ def optimizer_step_count(optimizer) -> int | None:
     return next((int(st["step"]) for st in optimizer.state.values() if "step" in st), None)
 
 
-def config_fingerprint(cfg: dict[str, Any], train_path: Path) -> str:
-    kept = {k: v for k, v in cfg.items() if k not in RESUMABLE_CHANGES}
-    digest = hashlib.sha256(json.dumps(kept, sort_keys=True).encode())
-    digest.update(file_sha256(train_path).encode())
-    return digest.hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    if not path.exists():
-        return ""
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
-def return_freed_memory() -> None:
-    """Serve allocations over 64 KiB with mmap so freed activations go back to the system: with
-    glibc's default heap, 8 x 256 tokens on SmolLM2 leaves ~1.5 GB of freed-but-held memory in
-    RSS after the first forward pass (measured: forward +1.76 GB before, +0.29 GB after)."""
-    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD
-
-
-class Rss:
-    """Peak resident memory, sampled after each forward pass (when activations peak) and step."""
-
-    def __init__(self) -> None:
-        self.process, self.peak = psutil.Process(), 0
-
-    def sample(self) -> None:
-        self.peak = max(self.peak, self.process.memory_info().rss)
-
-
 def run_meta(cfg, result, contract, base_dir, corpus_dir, train_path, val_path, probe) -> dict:
     import bitsandbytes
     import peft
@@ -581,10 +410,14 @@ def run_meta(cfg, result, contract, base_dir, corpus_dir, train_path, val_path, 
             "optimizer": "PagedAdamW8bit" if result["device"] == "cuda" else "AdamW",
             "schedule": f"linear warmup {WARMUP_FRACTION:.0%}, cosine to 10%",
             "loss": "assistant answer + end-of-turn token",
+            "over_max_seq_len": "prompt's beginning cut; dropped when the answer does not fit",
             "eval_rows": EVAL_ROWS, "total_steps": result["total_steps"],
         },
         "seed": cfg["seed"], "contract": contract, "probe": probe, "corpus_hash": corpus_hash,
-        "messages_sha256": {"train": file_sha256(train_path), "val": file_sha256(val_path)},
+        "messages_sha256": {
+            split: sha256_file(path) if path.exists() else ""
+            for split, path in (("train", train_path), ("val", val_path))
+        },
         "versions": {
             "python": platform.python_version(),
             **{m.__name__: m.__version__ for m in (torch, transformers, peft, bitsandbytes)},

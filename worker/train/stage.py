@@ -157,6 +157,19 @@ def record(
     """Counters the runner sums into the run's usage, and the stage's inputs and outputs."""
     for key in ("rows_trained", "tokens_trained", "steps"):
         ctx.counters[key] = result.get(key) or 0
+    # Where this attempt picked up (a resume after a kill, a shutdown or an OOM retry), and what
+    # fitting rows into qlora's max_seq_len cost: both shown on the manifest, not buried in logs.
+    for key in ("resumed_from_step", "rows_truncated", "rows_dropped"):
+        if result.get(key) is not None:
+            ctx.counters[key] = result[key]
+    if result.get("rows_truncated") or result.get("rows_dropped"):
+        data = result.get("data") or {}
+        ctx.note(
+            f"{result.get('rows_truncated', 0)} training rows longer than max_seq_len="
+            f"{data.get('max_seq_len')} lost the beginning of their prompt and "
+            f"{result.get('rows_dropped', 0)} whose answer did not fit were left out (longest "
+            f"row: {(data.get('train') or {}).get('longest_tokens')} tokens); raise max_seq_len"
+        )
     ctx.counters["device"] = result.get("device") or "cpu"  # type: ignore[assignment]
     vram = result.get("peak_vram_bytes")
     if vram is None and ctx.counters["device"] == "cuda":

@@ -1,6 +1,6 @@
 """The `trm` trainer (SPEC §6): a tiny recursive model trained from scratch on normalized rows.
 
-Read top to bottom: config, tokenizer, model, data, checkpoints, `train()`, `load_trm()`.
+Read top to bottom: config, tokenizer, model, data, saving, `train()`, `load_trm()`.
 
 - Tokenizer, built from the train split and saved as `vocab.json`: the state JSON becomes one
   "leaf" per scalar (its key path, its last key, its value, and the value as a number when it is
@@ -14,21 +14,21 @@ Read top to bottom: config, tokenizer, model, data, checkpoints, `train()`, `loa
   recursions learn to correct earlier ones.
 - Rows have different numbers of candidates: padding slots get a score of -inf, so softmax gives
   them exactly zero probability and the cross-entropy is over each row's own candidates.
-- Checkpoints (`checkpoints/step-N/`: model, vocabulary, optimizer, step, RNG) every
-  `checkpoint_every` steps and on a stop; `train()` resumes from the newest one. The data order
-  is a function of (seed, epoch), so a resumed run takes the same batches as an uninterrupted one.
+- Checkpoints (`checkpoints/step-NNNNNN/`: model, vocabulary, optimizer, step, RNG; written
+  atomically by `checkpoints.py`, shared with `qlora`) every `checkpoint_every` steps and on a
+  stop; `train()` resumes from the newest one. The data order is a function of (seed, epoch), so
+  a resumed run takes the same batches as an uninterrupted one.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,9 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from worker.context import StageFailure
+from worker.train import checkpoints
 from worker.train.callbacks import TrainerCallbacks
+from worker.train.memory import Rss, peak_vram, reset_peak_vram
 
 DEFAULTS: dict[str, Any] = {
     "n_recursions": 4,
@@ -52,9 +54,9 @@ DEFAULTS: dict[str, Any] = {
     "grad_accum": 1,
     "checkpoint_every": 100,
 }
+# Keys that may change between attempts without invalidating a checkpoint (the OOM retry).
+RESUMABLE_CHANGES = ("batch_size", "grad_accum", "checkpoint_every")
 MODEL_FILE, CONFIG_FILE, VOCAB_FILE = "model.safetensors", "config.json", "vocab.json"
-STATE_FILE = "trainer_state.pt"  # optimizer, step, RNG: checkpoints only
-CHECKPOINTS, KEEP_CHECKPOINTS = "checkpoints", 2
 MAX_PATH, MAX_PIECES, MAX_WORDS = 6, 8, 24  # key-path pieces per leaf, pieces per id, words/str
 PAD, UNK = "<pad>", "<unk>"
 EVAL_SPLITS = ("val", "anchor")
@@ -283,7 +285,7 @@ def evaluate(model: TinyRecursiveModel, data: Encoded, device: torch.device) -> 
     return {"accuracy": correct / len(data), "loss": loss / len(data), "majority": majority}
 
 
-# ---- checkpoints -------------------------------------------------------------------------------
+# ---- saving -------------------------------------------------------------------------------------
 def save_model(dirpath: Path, model: TinyRecursiveModel, tok: Tokenizer, meta: dict) -> list[Path]:
     dirpath.mkdir(parents=True, exist_ok=True)
     paths = [dirpath / MODEL_FILE, dirpath / CONFIG_FILE, dirpath / VOCAB_FILE]
@@ -291,28 +293,6 @@ def save_model(dirpath: Path, model: TinyRecursiveModel, tok: Tokenizer, meta: d
     paths[1].write_text(json.dumps(meta, indent=2))
     tok.save(paths[2])
     return paths
-
-
-def save_checkpoint(out_dir: Path, step: int, model, tok, meta, optimizer, extra: dict) -> Path:
-    """Written under a temporary name and renamed: a checkpoint on disk is always whole."""
-    root = out_dir / CHECKPOINTS
-    final, tmp = root / f"step-{step}", root / f".step-{step}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_model(tmp, model, tok, meta)
-    rng = torch.get_rng_state()
-    torch.save(
-        {"step": step, "optimizer": optimizer.state_dict(), "rng": rng, **extra}, tmp / STATE_FILE
-    )
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    for old in list_checkpoints(out_dir)[:-KEEP_CHECKPOINTS]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
-
-
-def list_checkpoints(out_dir: Path) -> list[Path]:
-    found = [p for p in (out_dir / CHECKPOINTS).glob("step-*") if (p / STATE_FILE).exists()]
-    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
 
 
 # ---- training ----------------------------------------------------------------------------------
@@ -363,8 +343,10 @@ def _train(
             "bad_input", f"{corpus_dir / 'train.jsonl'} has no rows: check the corpus sources and "
             "corpus/manifest.json (rows left out and why)",
         )  # fmt: skip
-    checkpoints = [] if probe else list_checkpoints(out_dir)
-    resume = checkpoints[-1] if checkpoints else None
+    fingerprint = checkpoints.fingerprint(
+        {**cfg, "seed": seed}, RESUMABLE_CHANGES, [corpus_dir / "train.jsonl"]
+    )
+    resume = None if probe else checkpoints.resume_point(out_dir, fingerprint)
     tok = Tokenizer.load(resume / VOCAB_FILE) if resume else Tokenizer.build(rows)
     data = Encoded(tok, rows)
     evals = {s: Encoded(tok, r) for s in EVAL_SPLITS if (r := read_rows(corpus_dir / f"{s}.jsonl"))}
@@ -382,11 +364,9 @@ def _train(
     model = TinyRecursiveModel(len(tok.tokens), cfg["hidden"], cfg["n_recursions"]).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.01)
     step, last_loss, stopped_by = 0, None, None
-    if resume:
+    if resume:  # the weights, optimizer and RNG as they were at its step
         model.load_state_dict(load_file(resume / MODEL_FILE, device=str(device)))
-        state = torch.load(resume / STATE_FILE, map_location=device, weights_only=True)
-        optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"].cpu())
+        state = checkpoints.load(resume, optimizer)
         step, last_loss = int(state["step"]), state.get("loss")
     resumed_from = step if resume else None
 
@@ -399,11 +379,13 @@ def _train(
         )
 
     def checkpoint(at: int) -> None:
-        path = save_checkpoint(out_dir, at, model, tok, meta, optimizer, {"loss": last_loss})
+        weights = partial(save_model, model=model, tok=tok, meta=meta)
+        state = {"loss": last_loss, "fingerprint": fingerprint}
+        path = checkpoints.save(out_dir, at, weights, optimizer, None, state)
         callbacks.on_checkpoint(at, path)
 
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
+    reset_peak_vram()
+    rss = Rss()
     rows_done = tokens_done = 0
     started = time.perf_counter()
     model.train()
@@ -425,6 +407,7 @@ def _train(
             step_loss += float(loss.detach())
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        rss.sample()
         step, last_loss = step + 1, step_loss
         rows_done += len(idx)
         tokens_done += int(data.tokens[idx].sum())
@@ -454,7 +437,8 @@ def _train(
         "artifacts": [str(p) for p in artifacts],
         "resumed_from_step": resumed_from,
         "device": device.type,
-        "peak_vram_bytes": torch.cuda.max_memory_allocated() if device.type == "cuda" else None,
+        "peak_vram_bytes": peak_vram(),
+        "peak_rss_bytes": rss.peak,
         "micro_batch": micro,
         "grad_accum": accum,
         "train_seconds": round(time.perf_counter() - started, 3),
