@@ -100,10 +100,10 @@ smallest change in the lead-owned files that makes it pass (`diff` in the issue'
 | garbage corpus | never run. Random bytes alone (a newline every ~256 bytes) passed, but the reader held a whole line in memory: a newline-free stretch cost twice its size in RAM (100 MiB with a 64 MiB line: peak RSS 31 -> 160 MiB; 1 GiB without newlines would need over 2 GiB). And its RSS figure was wrong: `ru_maxrss` in a child starts from the forking parent's RSS | `worker/corpus/sources.py` reads at most `MAX_LINE_BYTES` (16 MiB) of a line; a longer one is counted invalid as `line_too_long` and skipped in 1 MiB pieces (same file: 31 -> 63 MiB, and the same for 1 GiB). The case measures VmRSS before and VmHWM after the build, and checks every line is counted: blank, or invalid per reason |
 | load bench | `bench/load.py` never printed its table: its open-loop generator started a task per due request with no bound; once the API fell behind (Postgres, first) thousands of requests queued inside httpx's connection pool, whose bookkeeping is O(queued x connections) per event, so the generator spent its CPU there and `asyncio.run` could not finish cancelling them (its stack, minutes after the window: `httpcore/_async/connection_pool.py` `_assign_requests_to_connections`). Its watched runs were CPU-burning `selftest` loops (one core each), and a worker killed with SIGKILL left their `worker.child` processes running | at most `--connections` requests in flight on raw keep-alive connections, nothing sent after the window (counted `unsent`), latency from the due time; watched runs stay queued and get their events from the bench through `app.events.Publisher`; every step has a timeout and the phase a hard limit that reports instead of hanging; the teardown freezes the workers and kills their whole process tree, then `DROP DATABASE ... WITH (FORCE)` and deletes the Redis keys |
 
-Not yet covered (open in issue 9): the qlora kill -9 case (tests/fault/test_slow_kills.py) is
-still marked `soak`, out of CI; its result in a `--slow` report is in the table above. The load
-bench on this shared 2-core machine does not reach 300 runs/s: see its table for what it did
-reach, with nothing lost.
+The qlora kill -9 and coordinator kill cases are `slow` (in CI); the 1 GiB garbage corpus is
+`soak` (its 100 MiB twin is in CI); `--slow` runs them all. The load bench on this 2-core machine
+(load generator, API, two workers and Postgres on the same cores) does not reach 300 runs/s: see
+its table for what it did reach, with nothing lost.
 
 Known limits: during a network partition of one worker from the database (not a full outage)
 its trainer keeps going until it can read the lease again, so two trainers can overlap for the
