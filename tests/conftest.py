@@ -91,6 +91,7 @@ class Service:
         self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
         self.logs = logs
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.workers: dict[str, subprocess.Popen[bytes]] = {}  # started with a worker id
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.http = httpx.Client(base_url=self.url, timeout=30)
@@ -121,7 +122,22 @@ class Service:
     def start_worker(self, worker_id: str | None = None) -> subprocess.Popen[bytes]:
         extra = {"TRM_WORKER_ID": worker_id} if worker_id else {}
         proc = self._spawn("worker", "worker", "--queues", "gpu,cpu", extra_env=extra)
+        if worker_id:
+            self.workers[worker_id] = proc
         return proc  # type: ignore[no-any-return]
+
+    def kill_worker_holding(self, run_id: str) -> str:
+        """kill -9 the (named) worker that holds the run now; its id."""
+        holder = str(self.run(run_id)["worker_id"])
+        victim = self.workers[holder]
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()
+        return holder
+
+    def ledger(self, run_id: str) -> list[dict[str, Any]]:
+        response = self.http.get(f"/runs/{run_id}/ledger")
+        assert response.status_code == 200, response.text
+        return list(response.json()["entries"])
 
     def submit(self, spec: dict[str, Any], **headers: str) -> dict[str, Any]:
         response = self.http.post("/runs", json=spec, headers=headers)

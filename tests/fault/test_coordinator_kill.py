@@ -5,10 +5,7 @@ row and no candidate run twice."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 from collections import Counter
-from typing import Any
 
 import pytest
 
@@ -17,12 +14,6 @@ from tests.conftest import Service, wait_for
 from worker.kinds import missing_stages
 
 pytestmark = pytest.mark.slow
-
-
-def ledger(service: Service, run_id: str) -> list[dict[str, Any]]:
-    response = service.http.get(f"/runs/{run_id}/ledger")
-    assert response.status_code == 200, response.text
-    return list(response.json()["entries"])
 
 
 @pytest.mark.skipif(bool(missing_stages("hillclimb", False)), reason="hill-climb not built")
@@ -34,22 +25,19 @@ def test_killed_coordinator_resumes_without_duplicates(
     from tests.hillclimb.test_service import tiny_search
 
     spec = tiny_search(settings.data_dir, max_candidates=4, parallelism=1)
-    workers = {"worker-a": service.start_worker("worker-a")}
-    workers["worker-b"] = service.start_worker("worker-b")
+    service.start_worker("worker-a")
+    service.start_worker("worker-b")
     search = service.submit(spec)
 
     # The ledger's events per candidate are proposed, launched, finished: kill while one
     # candidate is launched and not finished, after another has finished.
     def in_flight() -> bool:
-        events = Counter(r["event"] for r in ledger(service, search["id"]))
+        events = Counter(r["event"] for r in service.ledger(search["id"]))
         return events["finished"] >= 1 and events["launched"] > events["finished"]
 
     wait_for(in_flight, timeout=240, what="a second candidate in flight")
-    before = ledger(service, search["id"])
-    holder = service.run(search["id"])["worker_id"]
-    victim = workers[holder]
-    os.kill(victim.pid, signal.SIGKILL)
-    victim.wait()
+    before = service.ledger(search["id"])
+    holder = service.kill_worker_holding(search["id"])
     service.start_worker("worker-c")
     done = service.wait_status(search["id"], "completed", "failed", timeout=400)
     assert done["status"] == "completed", done
@@ -58,7 +46,7 @@ def test_killed_coordinator_resumes_without_duplicates(
         holder,
         "interrupted",
     )
-    rows = ledger(service, search["id"])
+    rows = service.ledger(search["id"])
     assert rows[: len(before)] == before  # attempt 2 carried on from the ledger, rewrote nothing
     assert max(Counter((r["candidate_id"], r["event"]) for r in rows).values()) == 1
     assert [r["seq"] for r in rows] == list(range(1, len(rows) + 1))

@@ -7,8 +7,6 @@ worker/kinds.py; until then they are skipped, saying so.
 from __future__ import annotations
 
 import json
-import os
-import signal
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -52,12 +50,6 @@ def tiny_search(data_dir: Path, **overrides: Any) -> dict[str, Any]:
     return spec
 
 
-def ledger_rows(service: Service, run_id: str) -> list[dict[str, Any]]:
-    response = service.http.get(f"/runs/{run_id}/ledger")
-    assert response.status_code == 200, response.text
-    return list(response.json()["entries"])
-
-
 def test_two_workers_run_two_candidates_at_the_same_time(
     service: Service, settings: Settings
 ) -> None:
@@ -66,7 +58,7 @@ def test_two_workers_run_two_candidates_at_the_same_time(
     search = service.submit(tiny_search(settings.data_dir))
     done = service.wait_status(search["id"], "completed", "failed", timeout=150)
     assert done["status"] == "completed", done
-    rows = ledger_rows(service, search["id"])
+    rows = service.ledger(search["id"])
     assert max(Counter((r["candidate_id"], r["event"]) for r in rows).values()) == 1
     finished = {r["candidate_id"]: r for r in rows if r["event"] == "finished"}
     assert sorted(finished) == ["c000", "c001", "c002"]
@@ -92,25 +84,20 @@ def test_two_workers_run_two_candidates_at_the_same_time(
 def test_a_killed_coordinator_resumes_without_redoing_candidates(
     service: Service, settings: Settings
 ) -> None:
-    first = service.start_worker("worker-a")
+    service.start_worker("worker-a")
     service.start_worker("worker-b")
     search = service.submit(tiny_search(settings.data_dir, max_candidates=4, parallelism=1))
 
     def one_finished() -> bool:
-        return any(r["event"] == "finished" for r in ledger_rows(service, search["id"]))
+        return any(r["event"] == "finished" for r in service.ledger(search["id"]))
 
     wait_for(one_finished, timeout=90, what="a first finished candidate")
-    holder = service.run(search["id"])["worker_id"]
-    victim = first if holder == "worker-a" else None
-    if victim is None:  # the search runs on worker-b: kill that one instead
-        victim = service.procs[-1]
-    os.kill(victim.pid, signal.SIGKILL)
-    victim.wait()
+    service.kill_worker_holding(search["id"])
     service.start_worker("worker-c")
     done = service.wait_status(search["id"], "completed", "failed", timeout=180)
     assert done["status"] == "completed", done
     assert done["attempt"] == 2
-    rows = ledger_rows(service, search["id"])
+    rows = service.ledger(search["id"])
     assert max(Counter((r["candidate_id"], r["event"]) for r in rows).values()) == 1
     children = service.http.get("/runs", params={"parent": search["id"]}).json()["runs"]
     proposed = [r for r in rows if r["event"] == "proposed"]
