@@ -50,6 +50,9 @@ def test_a_second_identical_bench_does_no_forward_passes(tmp_path):
     assert ctx1.counters["forward_passes"] > 0
     resolved = json.loads((ctx1.run_dir / "bench.resolved.json").read_text())
     assert resolved["split"]["anchor"] == ["route-s1000-w8", "route-s1000-w9"]
+    # The scores live in the first run's directory; outside the runs, only the shared bench data.
+    assert list((tmp_path / "runs" / "b1").glob("evaluate/sample_cache/*.jsonl"))
+    assert [p.name for p in (tmp_path / "data").iterdir()] == ["benches"]
     second, ctx2 = run_bench(tmp_path, "b2", SPEC)
     assert ctx2.counters["forward_passes"] == 0
     assert ctx2.counters["examples_cached"] == ctx2.counters["examples_scored"]
@@ -60,8 +63,9 @@ def test_a_second_identical_bench_does_no_forward_passes(tmp_path):
     )
 
 
-def test_a_bench_with_a_missing_data_file_fails_with_dependency_and_the_path(tmp_path):
-    spec = {"kind": "bench", "bench": "primehub-envs", "results_jsonl": "exports/results.jsonl"}
+@pytest.mark.parametrize("name", ["primehub-envs", "primehub-baseline"])
+def test_a_bench_with_a_missing_data_file_fails_with_dependency_and_the_path(tmp_path, name):
+    spec = {"kind": "bench", "bench": name, "results_jsonl": "exports/results.jsonl"}
     with pytest.raises(StageFailure) as caught:
         bench.resolve(ctx_for(tmp_path, "b3", "resolve"), spec)
     assert caught.value.failure_class == "dependency"

@@ -11,7 +11,7 @@ from worker.corpus import build_corpus
 from worker.envs import generate
 from worker.evaluate import scorecard as sc
 from worker.evaluate.policies import ConstantPolicy, TablePolicy
-from worker.evaluate.samples import SampleCache, read_jsonl, score_rows
+from worker.evaluate.samples import SampleCache, read_jsonl, run_sample_cache, score_rows
 from worker.evaluate.stage import anchor_rows, evaluate_policy
 
 
@@ -44,7 +44,7 @@ def test_the_oracle_scores_one_and_a_constant_policy_its_hand_computed_rate(corp
     train = read_jsonl(corpus_dir / "train.jsonl")
     assert split == "anchor" and anchors
     oracle = TablePolicy(train + anchors)
-    card, samples, _ = evaluate_policy(oracle, train, anchors, split, spec, SampleCache(None, "o"))
+    card, samples, _ = evaluate_policy(oracle, train, anchors, split, spec, SampleCache(None))
     assert card["anchor_score"] == 1.0 and card["train_score"] == 1.0
     assert card["generalization_gap"] == 0.0
     assert len(samples) == len(anchors) and all(s["correct"] for s in samples)
@@ -52,7 +52,7 @@ def test_the_oracle_scores_one_and_a_constant_policy_its_hand_computed_rate(corp
 
     first = ConstantPolicy(index=0)
     expected = sum(r["action"] == r["tools"][0] for r in anchors) / len(anchors)
-    card, _, _ = evaluate_policy(first, train, anchors, split, spec, SampleCache(None, "c"))
+    card, _, _ = evaluate_policy(first, train, anchors, split, spec, SampleCache(None))
     assert card["anchor_score"] == pytest.approx(expected, abs=1e-4)
     assert card["per_world"]["route-s5-w3"]["anchor_score"]["n"] == len(anchors)
 
@@ -66,10 +66,18 @@ class Counting(ConstantPolicy):
 def test_cached_samples_are_reused_without_forward_passes(corpus, tmp_path):
     corpus_dir, _ = corpus
     anchors, _ = anchor_rows(corpus_dir)
+    runs = tmp_path / "runs"
     first = Counting(index=1)
-    samples, counters = score_rows(first, anchors, SampleCache(tmp_path, first.model_hash))
+    cache = run_sample_cache(runs, runs / "r1", first.model_hash)
+    samples, counters = score_rows(first, anchors, cache)
     assert first.forward_passes > 0 and counters["scored"] == len(anchors)
+    assert cache.path is not None and cache.path.is_relative_to(runs / "r1")
     again = Counting(index=1)
-    replay, counters = score_rows(again, anchors, SampleCache(tmp_path, again.model_hash))
+    replay, counters = score_rows(
+        again, anchors, run_sample_cache(runs, runs / "r2", again.model_hash)
+    )
     assert again.forward_passes == 0 and counters["cached"] == len(anchors)
     assert [s["pick"] for s in replay] == [s["pick"] for s in samples]
+    other = Counting(index=0)  # another model: nothing of the first one's is reused
+    _, counters = score_rows(other, anchors, run_sample_cache(runs, runs / "r3", other.model_hash))
+    assert other.forward_passes > 0 and counters["cached"] == 0

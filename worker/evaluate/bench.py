@@ -22,13 +22,13 @@ from worker.context import StageContext, StageFailure
 from worker.evaluate import scorecard as sc
 from worker.evaluate.policies import load_policy
 from worker.evaluate.resolve import ResolveError, resolve_bench
-from worker.evaluate.samples import SampleCache, read_jsonl, write_samples
+from worker.evaluate.samples import read_jsonl, run_sample_cache, write_samples
 from worker.evaluate.stage import (
     SAMPLES,
     SCORECARD,
     anchor_rows,
+    critic_rows,
     evaluate_policy,
-    sample_cache_dir,
     train_sample,
 )
 from worker.manifests import write_json_atomic
@@ -101,7 +101,6 @@ def _key(row: dict[str, Any]) -> str:
 
 def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     resolved = json.loads((ctx.run_dir / RESOLVED).read_text())
-    cache_dir = sample_cache_dir(ctx.settings.data_dir)
     repeats = int(resolved["repeats"])
     sides: dict[str, dict[str, Any]] = {}
     samples_out: list[dict[str, Any]] = []
@@ -119,6 +118,7 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
         train = train_sample(read_jsonl(corpus_dir / "train.jsonl"), resolved["seed"],
                              resolved["train_sample"])  # fmt: skip
         corpus = {"sources": [resolved["source"]], "knobs": info["knobs"] or {}}
+        critic = critic_rows(corpus_dir)
         per_example: dict[str, list[float]] = {}
         cards = []
         for r in range(repeats):
@@ -126,14 +126,14 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
             if ref["type"] == "untrained_trm":
                 ref.update(vocab_rows=str(corpus_dir / "train.jsonl"), seed=resolved["seed"] + r)
             policy = load_policy(ref)
-            cache = SampleCache(cache_dir, policy.model_hash)
+            cache = run_sample_cache(ctx.settings.runs_dir, ctx.run_dir, policy.model_hash)
             done = side_i * repeats + r
 
             def progress(n: int, total: int, done: int = done) -> None:
                 ctx.progress(done * total + n, 2 * repeats * total)
 
             card, samples, c = evaluate_policy(
-                policy, train, anchors, split, corpus, cache,
+                policy, train, anchors, split, corpus, cache, critic=critic,
                 seed=resolved["seed"] + r, episodes=resolved["episodes"],
                 progress=progress, should_stop=ctx.should_stop,
             )  # fmt: skip

@@ -2,21 +2,29 @@
 
 A row's prompt is rendered exactly as the trainer saw it (worker/corpus/messages.py through the
 tokenizer's chat template). Each candidate's answer text (plus the end-of-turn token, so `trm`
-and `trm+llm` are told apart) is scored by its summed log-likelihood after the prompt:
+and `trm+llm` are told apart) is scored by its summed log-likelihood after the prompt. No free
+generation is needed, and a batch of rows costs one forward pass:
 
-1. the prompts of a batch of rows go through the model once (left-padded, explicit positions),
-   keeping their keys/values;
-2. the cache is repeated once per candidate and every candidate of every row of the batch goes
-   through the model in one forward pass; the output head runs only on the answer positions.
+1. the part every prompt shares (the system prompt, the template's opening) goes through the
+   model once per policy, and its keys/values are reused by every row;
+2. each row is one sequence: the rest of its prompt, then its candidates' answer tokens as a
+   tree (answers that start alike share those positions). A 4D attention mask lets a candidate
+   see the prompt and its own earlier tokens only, and explicit positions place every candidate
+   right after the prompt, so the prompt's keys/values are computed once and shared by its
+   candidates (nothing is repeated per candidate);
+3. rows of similar length are batched together (little padding); the output head runs only on
+   the positions that predict an answer token.
 
-So a row costs one prompt pass shared by its candidates, and rows share passes in batches. No
-free generation is needed. For the `json` contract the scored text is the answer's opening
-`{"route":"<id>"`; `route_fields` then continues greedily after the chosen route to read the
-router's other fields (reported separately from the route).
+Token ids come from tokenizing the prompt once per row; an answer is tokenized once per policy,
+after the prompt's last special token (a hard token boundary), so it splits exactly as in the
+whole conversation the trainer tokenized. For the `json` contract the scored text is the
+answer's opening `{"route":"<id>"`; `route_fields` then continues greedily after the chosen
+route to read the router's other fields (reported separately from the route).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +35,8 @@ import torch
 from worker.corpus.messages import SYSTEM_PROMPTS, user_prompt
 from worker.evaluate.policies import Policy, files_hash
 
-ROWS_PER_BATCH = 8
+ROWS_PER_BATCH = 16
+Encoded = tuple[list[int], list[list[int]]]  # (prompt ids, answer ids per candidate)
 
 
 class LmPolicy(Policy):
@@ -48,10 +57,17 @@ class LmPolicy(Policy):
         causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.decoder, self.head = causal_lm.get_decoder(), causal_lm.get_output_embeddings()
         self.device = next(model.parameters()).device
+        self.dtype = self.decoder.get_input_embeddings().weight.dtype
+        # transformers 5 names the decoder's key/value cache argument `cache`; 4.x `past_key_values`
+        params = inspect.signature(self.decoder.forward).parameters
+        self.cache_arg = "cache" if "cache" in params else "past_key_values"
         self.pad_id = tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = tokenizer.eos_token_id or 0
+        self.specials = [t for t in tokenizer.all_special_tokens if t]
         self.end_id = self._end_of_turn_id()
+        self._answers: dict[tuple[str, str], list[int]] = {}
+        self._prefix: tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]] | None = None
 
     # ---- text ----------------------------------------------------------------------------------
     def messages(self, state: str, tools: list[str]) -> list[dict[str, str]]:
@@ -79,93 +95,133 @@ class LmPolicy(Policy):
             return int(ids[0])
         return self.tokenizer.eos_token_id
 
-    def encode(self, state: str, tools: list[str]) -> tuple[list[int], list[list[int]]]:
+    def _ids(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def encode(self, state: str, tools: list[str]) -> Encoded:
         """(prompt ids, answer ids per candidate), tokenized as the trainer tokenized them."""
         prompt = self.prompt_text(state, tools)
-        p_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        answers = []
-        for tool in tools:
+        p_ids = self._ids(prompt)
+        # Special tokens are never merged with their neighbours, so the text from the prompt's
+        # last one on tokenizes the same alone as inside the whole conversation.
+        cut = max((prompt.rfind(t) for t in self.specials), default=-1)
+        tail = prompt[cut:] if cut >= 0 else prompt
+        return p_ids, [self._answer_ids(tail, tool) for tool in tools]
+
+    def _answer_ids(self, tail: str, tool: str) -> list[int]:
+        key = (tail, tool)
+        if key not in self._answers:
             answer = self.answer_text(tool)
-            full = self.tokenizer(prompt + answer, add_special_tokens=False)["input_ids"]
-            if full[: len(p_ids)] == p_ids:
-                a_ids = full[len(p_ids) :]
-            else:  # a merge across the boundary: tokenize the answer on its own
-                a_ids = self.tokenizer(answer, add_special_tokens=False)["input_ids"]
+            t_ids, full = self._ids(tail), self._ids(tail + answer)
+            # (a merge across the boundary: tokenize the answer on its own)
+            a_ids = full[len(t_ids) :] if full[: len(t_ids)] == t_ids else self._ids(answer)
             if self.contract == "action_only" and self.end_id is not None:
                 a_ids = [*a_ids, self.end_id]
-            answers.append(a_ids)
-        return p_ids, answers
+            self._answers[key] = a_ids
+        return self._answers[key]
 
     # ---- scoring -------------------------------------------------------------------------------
     @torch.no_grad()
     def scores_batch(self, states: Sequence[str], tools: Sequence[list[str]]) -> list[list[float]]:
-        out: list[list[float]] = []
-        for start in range(0, len(states), self.rows_per_batch):
-            encoded = [
-                self.encode(s, list(t))
-                for s, t in zip(
-                    states[start : start + self.rows_per_batch],
-                    tools[start : start + self.rows_per_batch],
-                    strict=True,
-                )
-            ]
-            out.extend(self._score_encoded(encoded))
+        encoded = [self.encode(s, list(t)) for s, t in zip(states, tools, strict=True)]
+        if not encoded:
+            return []
+        prefix = self._shared_prefix([p for p, _ in encoded])
+        # Rows of similar length side by side: little padding in a batch.
+        order = sorted(range(len(encoded)), key=lambda i: _length(encoded[i]))
+        out: list[list[float]] = [[] for _ in encoded]
+        for start in range(0, len(order), self.rows_per_batch):
+            chunk = order[start : start + self.rows_per_batch]
+            scores = self._score_rows([encoded[i] for i in chunk], prefix)
+            for i, row_scores in zip(chunk, scores, strict=True):
+                out[i] = row_scores
         return out
 
-    def _score_encoded(self, encoded: list[tuple[list[int], list[list[int]]]]) -> list[list[float]]:
-        dev = self.device
+    def _shared_prefix(self, prompts: list[list[int]]) -> int:
+        """How many leading tokens every prompt shares with the policy's fixed prefix (the system
+        prompt and the template's opening, through the model once per policy). At least one
+        token of each prompt is left to run: its last position predicts the answer."""
+        if self._prefix is None:
+            ids = self._ids(self.prompt_text("", []))
+            out = self.decoder(
+                input_ids=torch.tensor([ids], device=self.device),
+                position_ids=torch.arange(len(ids), device=self.device).unsqueeze(0),
+                use_cache=True,
+            )
+            self.forward_passes += 1
+            self._prefix = (ids, _key_values(getattr(out, self.cache_arg)))
+        shared = self._prefix[0]
+        n = min(len(shared), *(len(p) - 1 for p in prompts))
+        for p in prompts:
+            n = next((j for j in range(n) if p[j] != shared[j]), n)
+        return n
+
+    def _score_rows(self, encoded: list[Encoded], prefix: int) -> list[list[float]]:
+        """One forward pass. A row is the rest of its prompt, then its candidates' answer tokens
+        as a tree: answers that start alike (`TRM_ONLY`, `TRM_PLUS_LLM`) share the positions of
+        their common start. A tree position sees the prompt, its ancestors and itself; it sits
+        at the position the token would have right after the prompt. An answer's last token is
+        only predicted, never an input."""
         rows = len(encoded)
-        p_len = max(len(p) for p, _ in encoded)
-        k = max(len(a) for _, a in encoded)
-        c_len = max(len(c) for _, a in encoded for c in a)
-        prompt = torch.full((rows, p_len), self.pad_id, dtype=torch.long)
-        p_mask = torch.zeros((rows, p_len), dtype=torch.long)
-        for i, (p, _) in enumerate(encoded):
-            prompt[i, p_len - len(p) :] = torch.tensor(p)
-            p_mask[i, p_len - len(p) :] = 1
-        p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
-        first = self.decoder(
-            input_ids=prompt.to(dev),
-            attention_mask=p_mask.to(dev),
-            position_ids=p_pos.to(dev),
-            use_cache=True,
-        )
+        width = max(_length(e) - prefix for e in encoded)
+        ids = torch.full((rows, width), self.pad_id, dtype=torch.long)
+        pos = torch.zeros((rows, width), dtype=torch.long)
+        prompt_key = torch.zeros((rows, width), dtype=torch.bool)
+        tree: list[tuple[int, int, int]] = []  # (row, query, key): an ancestor or itself
+        needed: dict[tuple[int, int], int] = {}  # (row, position) -> index of its output
+        at: list[int] = []  # per answer token: the output that predicts it, its id, its answer
+        target: list[int] = []
+        owner: list[int] = []
+        answer_row: list[int] = []
+        for r, (p_ids, answers) in enumerate(encoded):
+            n = len(p_ids) - prefix
+            ids[r, :n] = torch.tensor(p_ids[prefix:])
+            pos[r, :n] = torch.arange(prefix, prefix + n)
+            prompt_key[r, :n] = True
+            nodes: dict[tuple[int, ...], tuple[int, list[int]]] = {}  # start -> (position, path)
+            for a in answers:
+                for t, token in enumerate(a):
+                    if t == 0:
+                        q = n - 1  # the prompt's last position predicts every first token
+                    else:
+                        start = tuple(a[:t])
+                        if start not in nodes:
+                            q = n + len(nodes)
+                            path = [*(nodes[start[:-1]][1] if t > 1 else []), q]
+                            nodes[start] = (q, path)
+                            ids[r, q], pos[r, q] = a[t - 1], prefix + n + t - 1
+                            tree += [(r, q, k) for k in path]
+                        q = nodes[start][0]
+                    at.append(needed.setdefault((r, q), len(needed)))
+                    target.append(token)
+                    owner.append(len(answer_row))
+                answer_row.append(r)
+        causal = torch.ones(width, width, dtype=torch.bool).tril()
+        allowed = (causal & prompt_key[:, None, :]) | torch.eye(width, dtype=torch.bool)
+        if tree:
+            r_idx, q_idx, k_idx = torch.tensor(tree).unbind(1)
+            allowed[r_idx, q_idx, k_idx] = True
+        mask = torch.zeros((rows, 1, width, prefix + width), dtype=self.dtype)
+        mask[:, 0, :, prefix:].masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        kwargs: dict[str, Any] = {}
+        if prefix and self._prefix is not None:
+            kwargs[self.cache_arg] = _repeat_cache(self._prefix[1], prefix, rows)
+        hidden = self.decoder(
+            input_ids=ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            position_ids=pos.to(self.device),
+            use_cache=bool(prefix),
+            **kwargs,
+        ).last_hidden_state
         self.forward_passes += 1
-        last_logp = torch.log_softmax(self.head(first.last_hidden_state[:, -1]).float(), -1).cpu()
-        cache = first.past_key_values
-        cache.batch_repeat_interleave(k)
-        cand = torch.full((rows * k, c_len), self.pad_id, dtype=torch.long)
-        c_mask = torch.zeros((rows * k, c_len), dtype=torch.long)
-        for i, (_, answers) in enumerate(encoded):
-            for j, a in enumerate(answers):
-                cand[i * k + j, : len(a)] = torch.tensor(a)
-                c_mask[i * k + j, : len(a)] = 1
-        lengths = p_mask.sum(-1).repeat_interleave(k)
-        c_pos = lengths.unsqueeze(1) + torch.arange(c_len).unsqueeze(0)
-        mask = torch.cat([p_mask.repeat_interleave(k, 0), c_mask], dim=1)
-        second = self.decoder(
-            input_ids=cand.to(dev),
-            attention_mask=mask.to(dev),
-            position_ids=c_pos.to(dev),
-            past_key_values=cache,
-            use_cache=True,
-        )
-        self.forward_passes += 1
-        hidden = second.last_hidden_state  # [rows*k, c_len, h]: predicts tokens 1..c_len-1
-        keep = c_mask[:, 1:].bool()
-        logp_rest = torch.zeros((rows * k, max(c_len - 1, 0)))
-        if c_len > 1 and keep.any():
-            logits = self.head(hidden[:, :-1][keep.to(dev)]).float()
-            targets = cand[:, 1:][keep].to(dev)
-            picked = torch.log_softmax(logits, -1).gather(1, targets.unsqueeze(1)).squeeze(1)
-            logp_rest[keep] = picked.cpu()
-        first_tok = cand[:, 0]
-        logp_first = last_logp.repeat_interleave(k, 0).gather(1, first_tok.unsqueeze(1)).squeeze(1)
-        totals = logp_first + logp_rest.sum(-1)
-        return [
-            [float(totals[i * k + j]) for j in range(len(answers))]
-            for i, (_, answers) in enumerate(encoded)
-        ]
+        where = torch.tensor(list(needed))
+        logp = torch.log_softmax(self.head(hidden[where[:, 0], where[:, 1]]).float(), -1)
+        picked = logp[torch.tensor(at), torch.tensor(target)].cpu()
+        totals = torch.zeros(len(answer_row)).index_add_(0, torch.tensor(owner), picked)
+        out: list[list[float]] = [[] for _ in encoded]
+        for j, r in enumerate(answer_row):
+            out[r].append(float(totals[j]))
+        return out
 
     # ---- generation (the slow reference, and the json contract's other fields) ----------------
     @torch.no_grad()
@@ -204,6 +260,31 @@ class LmPolicy(Policy):
         )
         self.forward_passes += int(out.shape[1] - enc["input_ids"].shape[1])
         return self.tokenizer.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+def _length(encoded: Encoded) -> int:
+    """Tokens a row puts through the model: its prompt, and its candidates' answer tokens but the
+    last, with the starts candidates share counted once."""
+    p_ids, answers = encoded
+    return len(p_ids) + len({tuple(a[:t]) for a in answers for t in range(1, len(a))})
+
+
+def _key_values(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    if hasattr(cache, "layers"):  # transformers 5
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache, strict=True))
+
+
+def _repeat_cache(key_values: list[tuple[torch.Tensor, torch.Tensor]], length: int, rows: int):
+    """A fresh cache holding the first `length` prefix positions once per row (a causal model's
+    keys/values of a prefix do not depend on what follows it; views: nothing is copied here)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for layer, (keys, values) in enumerate(key_values):
+        k, v = keys[:, :, :length], values[:, :, :length]
+        cache.update(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1), layer)
+    return cache
 
 
 def load_lm_policy(ref: dict[str, Any]) -> LmPolicy:

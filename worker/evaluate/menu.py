@@ -9,7 +9,10 @@ keys:
               and the `none` baseline's vocabulary are built from the bench data)
     "results_jsonl": null  (primehub-*: a local JSONL export of a verifiers environment's
               results, in the normalized corpus form; relative to DATA_DIR; used instead of the
-              generated data when set, and a clear `dependency` error when it is missing)
+              generated data when set, and a clear `dependency` error when it is missing. Its
+              rows' `meta.world_id` puts them in the anchor worlds or not; rollouts cannot
+              replay an export's states, so its failure/recovery rates come from rows tagged
+              `meta.kind` (`invalid`, `suboptimal`, ...: known bad picks; `recovery`))
 """
 
 from __future__ import annotations

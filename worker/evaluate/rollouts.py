@@ -36,6 +36,15 @@ def env_world(world_id: str | None) -> World | None:
     return make_world(match["family"], int(match["seed"]), int(match["index"]))
 
 
+def replayable(source: dict[str, Any] | None) -> bool:
+    """Whether rollout states can be shaped like `source`'s rows. A `jsonl` export in `normalized`
+    mode (a verifiers environment's results) has states in its own shape, which no rollout can
+    reproduce: its rates come from its tagged rows instead."""
+    if not source:
+        return False
+    return source.get("type") != "jsonl" or source.get("mode") == "reasoning_trace"
+
+
 class Shaper:
     """Observation -> (state text, candidate list) as the corpus rows of `source` read."""
 

@@ -2,11 +2,15 @@
 
 A sample: `{example_hash, candidates, scores, pick, action, correct, world, family}`. The example
 hash is sha256 of the state and the candidates (what the model sees), so the same anchors give the
-same hashes in every run. Samples of a model are cached in
-`DATA_DIR/cache/samples/<model_hash>.jsonl` (appended batch by batch): a bench re-run for the
-same model hash and anchors reads its samples back and runs no forward pass, and a run
-interrupted half-way resumes where it stopped. The label (`action`) is never cached:
-correctness is recomputed against the row.
+same hashes in every run. The label (`action`) is never cached: correctness is recomputed against
+the row.
+
+The cache lives in the run directories, like every other run output (SPEC §3.1: nothing is
+written outside a run's directory): a run appends the scores it computes, batch by batch, to its
+own `<run_dir>/evaluate/sample_cache/<model_hash>.jsonl`, and reads back that file of every run
+under RUNS_DIR. So a bench re-run for the same model hash and anchors reads its samples from the
+first run and runs no forward pass, and a run interrupted half-way (re-queued into the same run
+directory) resumes where it stopped. Deleting a run deletes its share of the cache with it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 from worker.evaluate.policies import Policy, argmax
 
 BATCH = 64
+CACHE_DIR = Path("evaluate") / "sample_cache"  # in a run directory
 
 
 def example_hash(state: str, tools: Sequence[str]) -> str:
@@ -28,19 +33,27 @@ def example_hash(state: str, tools: Sequence[str]) -> str:
 
 
 class SampleCache:
-    """Scores per example for one model; `None` cache dir keeps nothing."""
+    """Scores per example for one model: written to `path` (None keeps nothing), read back from
+    `path` and from `read_also` (other runs' caches of the same model hash)."""
 
-    def __init__(self, cache_dir: Path | None, model_hash: str) -> None:
-        self.path = Path(cache_dir) / f"{model_hash}.jsonl" if cache_dir else None
+    def __init__(self, path: Path | None, read_also: Sequence[Path] = ()) -> None:
+        self.path = Path(path) if path else None
         self.rows: dict[str, dict[str, Any]] = {}
-        if self.path and self.path.exists():
-            with self.path.open(encoding="utf-8") as fh:
-                for line in fh:
-                    try:
-                        row = json.loads(line)
-                    except ValueError:  # a torn last line from an interrupted run
-                        continue
+        for source in [*read_also, *([self.path] if self.path else [])]:
+            self._read(source)
+
+    def _read(self, path: Path) -> None:
+        try:
+            fh = path.open(encoding="utf-8")
+        except OSError:  # not there (yet), or a run deleted while we looked
+            return
+        with fh:
+            for line in fh:
+                try:
+                    row = json.loads(line)
                     self.rows[row["example_hash"]] = row
+                except (ValueError, KeyError, TypeError):  # a torn last line of a killed run
+                    continue
 
     def get(self, key: str, tools: Sequence[str]) -> dict[str, Any] | None:
         row = self.rows.get(key)
@@ -54,6 +67,15 @@ class SampleCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as fh:
             fh.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
+
+
+def run_sample_cache(runs_dir: Path, run_dir: Path, model_hash: str) -> SampleCache:
+    """The cache of `model_hash` for a run: its own file, plus every other run's for that hash."""
+    name = f"{model_hash}.jsonl"
+    own = Path(run_dir) / CACHE_DIR / name
+    found = Path(runs_dir).glob(f"*/{CACHE_DIR.as_posix()}/{name}")
+    others = sorted(p for p in found if p.resolve() != own.resolve())
+    return SampleCache(own, others)
 
 
 def score_rows(

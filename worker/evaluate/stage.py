@@ -8,9 +8,10 @@ and the run's spec (corpus sources and knobs, so rollout states are shaped like 
 - train_score: a fixed, seeded sample of up to TRAIN_SAMPLE train rows.
 - anchor_score: anchor.jsonl; a corpus without an anchor split is scored on val.jsonl and the
   scorecard says so (`anchor_split: "val"`).
-- failure_rate / recovery_rate: rollouts in the anchor worlds when they are worker/envs worlds;
-  otherwise from tagged rows: failure = the policy repeats a known bad pick (critic rows of the
-  anchor groups), recovery = it gets rows tagged `recovery` right.
+- failure_rate / recovery_rate: rollouts in the anchor worlds when they are worker/envs worlds and
+  the rows' source can be replayed (not a `normalized` results export); otherwise from tagged
+  rows: failure = the policy repeats a known bad pick (critic rows of the anchor groups),
+  recovery = it gets rows tagged `recovery` right.
 """
 
 from __future__ import annotations
@@ -24,16 +25,25 @@ from typing import Any
 from worker.context import StageContext, StageFailure
 from worker.evaluate import scorecard as sc
 from worker.evaluate.policies import Policy, argmax, load_policy
-from worker.evaluate.rollouts import EPISODES, env_world, world_rates
-from worker.evaluate.samples import CachedPolicy, SampleCache, read_jsonl, score_rows, write_samples
+from worker.evaluate.rollouts import EPISODES, env_world, replayable, world_rates
+from worker.evaluate.samples import (
+    CachedPolicy,
+    SampleCache,
+    read_jsonl,
+    run_sample_cache,
+    score_rows,
+    write_samples,
+)
 from worker.manifests import write_json_atomic
 
 TRAIN_SAMPLE = 1000
 SCORECARD, SAMPLES = "scorecard.json", "samples.jsonl"
 
 
-def sample_cache_dir(data_dir: Path) -> Path:
-    return Path(data_dir) / "cache" / "samples"
+def critic_rows(corpus_dir: Path) -> list[dict[str, Any]]:
+    """The corpus's known-bad picks (`critic.jsonl`) for the tagged failure rate; [] if none."""
+    path = Path(corpus_dir) / "critic.jsonl"
+    return read_jsonl(path) if path.exists() else []
 
 
 def train_sample(rows: list[dict[str, Any]], seed: int, limit: int = TRAIN_SAMPLE) -> list[dict]:
@@ -101,9 +111,10 @@ def evaluate_policy(
     }
     if anchor_split != "anchor":
         card["notes"].append("the corpus has no anchor split: anchor_score is on val.jsonl")
-    rates = rollout_rates(CachedPolicy(policy, cache), anchors, corpus, seed, episodes, should_stop)
+    cached = CachedPolicy(policy, cache)
+    rates = rollout_rates(cached, anchors, corpus, seed, episodes, should_stop)
     if rates is None:
-        rates = tagged_rates(anchor_samples, critic or [], anchor_split, policy)
+        rates = tagged_rates(anchor_samples, critic or [], anchor_split, cached)
     failure, recovery, per_world, source = rates
     card["scores"]["failure_rate"] = {**failure, "source": source}
     card["scores"]["recovery_rate"] = {**recovery, "source": source}
@@ -143,7 +154,7 @@ def rollout_rates(
     for row in anchors:
         meta = row.get("meta") or {}
         wid = meta.get("world_id") or meta.get("env")
-        if wid in worlds or not sources.get(meta.get("source_name")):
+        if wid in worlds or not replayable(sources.get(meta.get("source_name"))):
             continue
         world = env_world(wid)
         if world is not None:
@@ -199,9 +210,8 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     anchors, split = anchor_rows(corpus_dir)
     if resolved.get("probe"):
         train, anchors = train[:1], anchors[:1]
-    critic_path = corpus_dir / "critic.jsonl"
-    critic = read_jsonl(critic_path) if critic_path.exists() else []
-    cache = SampleCache(sample_cache_dir(ctx.settings.data_dir), policy.model_hash)
+    critic = critic_rows(corpus_dir)
+    cache = run_sample_cache(ctx.settings.runs_dir, ctx.run_dir, policy.model_hash)
     card, samples, counters = evaluate_policy(
         policy, train, anchors, split, spec.get("corpus") or {}, cache,
         critic=critic, seed=seed, episodes=2 if resolved.get("probe") else EPISODES,
