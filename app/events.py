@@ -78,10 +78,8 @@ class Tx:
         ev = Event(run_id=run.id, seq=1, type="status", data=data, created_at=utcnow())
         conn = self.session.connection()
         conn.execute(RUNS.insert(), {c.name: getattr(run, c.name) for c in RUNS.columns})
-        row = {"run_id": run.id, "seq": 1, "type": "status", "data": data}
-        ev.id = conn.execute(
-            EVENTS.insert().returning(EVENTS.c.id), row | {"created_at": ev.created_at}
-        ).scalar_one()
+        row = {c.name: getattr(ev, c.name) for c in EVENTS.columns if c.name != "id"}
+        ev.id = conn.execute(EVENTS.insert().returning(EVENTS.c.id), row).scalar_one()
         self.emitted.append(ev)
         return ev
 

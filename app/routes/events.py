@@ -113,7 +113,7 @@ async def run_events(
     app: Annotated[AppState, Depends(state)],
     after: Annotated[int | None, Query(ge=0)] = None,
     last_event_id: Annotated[str | None, Header()] = None,
-) -> StreamingResponse:
+) -> EventStream:
     """Server-sent events: every event of the run after `Last-Event-ID` (or `?after=`), then
     live ones, with a keep-alive comment; the stream ends after the terminal `status` event."""
     start = after or 0
