@@ -6,9 +6,13 @@
 Same machine, same base model (4-bit NF4, double quant, same LoRA), same corpus (`route` play logs
 through the corpus builder, `action_only`), same effective batch (16 rows per optimizer step):
 - baseline: TRL `SFTTrainer`, batch 1 x accumulation 16, sequences up to 512 tokens, loss on the
-  whole conversation, no packing (TRL's defaults otherwise: gradient checkpointing on);
+  whole conversation, no packing (TRL's defaults otherwise: gradient checkpointing on, bf16
+  mixed precision where the device has bf16);
 - ours: `worker.train.qlora.train`, micro-batch 8 x accumulation 2, sequences up to 512, packing,
   loss on the assistant tokens.
+Both sides compute in the dtype `qlora.device_and_dtype()` picks for this machine (bf16 on CUDA
+and on CPUs with AVX512-BF16, else float32) and start with the environment the service starts
+its trainers with (`memory.CHILD_ENV`).
 Each side runs in its own process for `--steps` timed optimizer steps after one warm-up step;
 the table shows real (non-padding) training tokens per second, and the ratio (target >= 1.5x).
 A third process runs ours at micro-batch 8 x 256 tokens and reports its peak RSS (target < 3 GB
@@ -43,6 +47,8 @@ from typing import Any
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from worker.train.memory import CHILD_ENV  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -137,12 +143,12 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
 
     from worker.train.base_model import resolve_base_model
     from worker.train.chat_data import read_messages
-    from worker.train.qlora import load_4bit
+    from worker.train.qlora import device_and_dtype, load_4bit
 
     base_dir = resolve_base_model(args.base_model, args.model_cache)
     cuda = torch.cuda.is_available()
-    dtype = torch.bfloat16 if cuda else torch.float32
-    model = load_4bit(base_dir, torch.device("cuda" if cuda else "cpu"), dtype)
+    device, dtype = device_and_dtype()  # the compute dtype ours uses on this machine
+    model = load_4bit(base_dir, device, dtype)
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     rows = [{"messages": r["messages"]} for r in read_messages(args.corpus / "messages.jsonl")]
     marks: list[tuple[float, int]] = []
@@ -159,7 +165,8 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
         per_device_train_batch_size=1, gradient_accumulation_steps=EFFECTIVE_BATCH,
         max_length=512, packing=False, assistant_only_loss=False, learning_rate=2e-4,
         max_steps=args.steps + 1, logging_steps=10**6, save_strategy="no", report_to=[],
-        bf16=cuda, use_cpu=not cuda, optim="paged_adamw_8bit" if cuda else "adamw_torch",
+        bf16=dtype == torch.bfloat16, use_cpu=not cuda,
+        optim="paged_adamw_8bit" if cuda else "adamw_torch",
         include_num_input_tokens_seen="non_padding", dataloader_num_workers=0, seed=0,
     )  # fmt: skip
     lora = LoraConfig(
@@ -231,7 +238,8 @@ def spawn(args: argparse.Namespace, name: str, **overrides: Any) -> dict[str, An
     for key, value in options.items():
         command += [f"--{key}", str(value)]
     started = time.time()
-    done = subprocess.run(command, capture_output=True, text=True)
+    env = {**CHILD_ENV, **os.environ}  # both sides allocate as the service's trainer does
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     wall = time.time() - started
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode or not lines:

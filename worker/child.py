@@ -30,6 +30,7 @@ from app.redisconn import sync_redis
 from app.settings import Settings
 from worker.context import StageContext, StageFailure
 from worker.manifests import write_json_atomic
+from worker.train.memory import CHILD_ENV
 
 PAYLOAD = ".child.json"
 EXIT_DISK_FULL = 28  # the child could not write its outcome: no space left (errno 28)
@@ -114,7 +115,8 @@ class ChildStage:
 
     def _env(self) -> dict[str, str]:
         settings = self.ctx.settings
-        env = {**os.environ, "TRM_DATABASE_URL": settings.database_url}
+        # CHILD_ENV first: the allocator settings training is measured with (train/memory.py).
+        env = {**CHILD_ENV, **os.environ, "TRM_DATABASE_URL": settings.database_url}
         if settings.redis_url:
             env["TRM_REDIS_URL"] = settings.redis_url
         return env
