@@ -5,7 +5,8 @@ A job is what arq's `enqueue_job` writes (the pickled job under `arq:job:<id>`, 
 enqueue time in the queue's sorted set), but written by one Lua script: one round trip instead of
 arq's WATCH / EXISTS / MULTI / EXEC, and callable from a plain thread (the API's `POST /runs`
 records and queues a run in one trip to the threadpool). Like `enqueue_job`, it refuses a job id
-that is queued or already has a result.
+that is queued or already has a result. It also publishes the job id on the queue's wake channel,
+so idle workers start it at once instead of polling Redis every few milliseconds.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ ENQUEUE_LUA = """
 if redis.call('EXISTS', KEYS[1], KEYS[2]) > 0 then return 0 end
 redis.call('PSETEX', KEYS[1], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
+redis.call('PUBLISH', ARGV[5], ARGV[4])
 return 1
 """
 
@@ -54,7 +56,7 @@ def _job(settings: Settings, run_id: str, attempt: int, queue: str) -> tuple[lis
     now_ms = int(time.time() * 1000)
     payload = serialize_job(JOB_FUNCTION, (run_id, attempt), {}, None, now_ms)
     keys = [job_key_prefix + jid, result_key_prefix + jid, settings.queue_name(queue)]
-    return keys, [expires_extra_ms, payload, now_ms, jid]
+    return keys, [expires_extra_ms, payload, now_ms, jid, settings.wake_channel(queue)]
 
 
 def enqueue_now(

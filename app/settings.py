@@ -38,7 +38,10 @@ class Settings(BaseSettings):
     stall_s: float = 1800.0
 
     job_timeout_s: int = 7 * 24 * 3600
-    poll_delay_s: float = 0.005
+    # Workers start a job when its enqueue wakes them (a Redis publish); without a wake-up they
+    # look at their queues this often (a job whose wake-up was lost waits at most this long).
+    poll_delay_s: float = 0.5
+    wake_on_enqueue: bool = True  # off: poll every `poll_delay_s` only (arq's own behaviour)
     sse_keepalive_s: float = 15.0
     max_body_bytes: int = 1024 * 1024
 
@@ -69,6 +72,10 @@ class Settings(BaseSettings):
 
     def queue_name(self, queue: str) -> str:
         return f"{self.redis_namespace}:queue:{queue}"
+
+    def wake_channel(self, queue: str) -> str:
+        """Published to on every enqueue; a worker serving `queue` listens."""
+        return f"{self.queue_name(queue)}:wake"
 
     def run_dir(self, run_id: str) -> Path:
         return self.runs_dir / run_id

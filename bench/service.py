@@ -2,7 +2,8 @@
 same run on this machine.
 
   POST /runs throughput and latency on SQLite   vs  GET /healthz on the same server
-  enqueue → first stage start latency           vs  the same worker at arq's default poll (0.5 s)
+  enqueue → first stage start latency           vs  the same worker without wake-ups, polling at
+                                                    arq's default 0.5 s
   SSE delivery with 200 and 1000 subscribers    vs  one subscriber
   API idle RSS                                  vs  a bare Python interpreter
 
@@ -156,12 +157,12 @@ def measure_posts(stack: Stack, seconds: float) -> dict[str, Any]:
     }
 
 
-def measure_dispatch(stack: Stack, poll_delay: float | None, n: int) -> list[float]:
+def measure_dispatch(stack: Stack, wake: bool, n: int) -> list[float]:
     """Seconds from a run's creation to its first stage's start, one run at a time."""
     from datetime import datetime
 
     api = stack.api()
-    env = {"TRM_POLL_DELAY_S": str(poll_delay)} if poll_delay is not None else {}
+    env = {} if wake else {"TRM_WAKE_ON_ENQUEUE": "false", "TRM_POLL_DELAY_S": "0.5"}
     worker = stack.spawn("worker", "--queues", "cpu", **env)
     client = httpx.Client(base_url=stack.url, timeout=30)
     time.sleep(2.0)
@@ -291,8 +292,8 @@ def main() -> int:
 
         try:
             posts = measure_posts(fresh(), args.seconds)
-            fast = measure_dispatch(fresh(), None, args.dispatch_runs)
-            slow = measure_dispatch(fresh(), 0.5, max(5, args.dispatch_runs // 4))
+            fast = measure_dispatch(fresh(), True, args.dispatch_runs)
+            slow = measure_dispatch(fresh(), False, max(5, args.dispatch_runs // 4))
             sse1 = measure_sse(fresh(), 1, 20)
             sse200 = measure_sse(fresh(), 200, 20)
             sse1000 = measure_sse(fresh(), 1000, 10)
