@@ -1,7 +1,7 @@
 """Benchmark: our `qlora` trainer against the skill's original recipe (TRL SFTTrainer).
 
     .venv/bin/python bench/train_throughput.py [--steps 3] [--shape qwen2.5-0.5b] [--keep DIR]
-        [--no-rss] [--no-service] [--model-cache DIR]
+        [--no-rss] [--no-service] [--pairs 2] [--model-cache DIR]
 
 Same machine, same base model (4-bit NF4, double quant, same LoRA), same corpus (`route` play logs
 through the corpus builder, `action_only`), same effective batch (16 rows per optimizer step):
@@ -27,7 +27,9 @@ start to its return. The service side also builds the corpus from the play logs,
 starts the stage's child process and publishes every step to the database, Redis and the card;
 the run is cancelled once its trainer is done (its `evaluate` stage is not training). The table
 shows both walls, the difference, and each side's in-loop rate (tokens/s over all its steps), which
-separates what the service adds per step from what it adds once.
+separates what the service adds per step from what it adds once. Direct and service runs come in
+`--pairs` pairs (default 2) in alternating order, and the walls compared are the means: on a
+shared machine one pair alone can differ by more than the 5% being measured.
 """
 
 from __future__ import annotations
@@ -309,6 +311,9 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="work folder to keep (default: temporary)")
     parser.add_argument("--no-rss", action="store_true", help="skip the 8 x 256 RSS run")
     parser.add_argument("--no-service", action="store_true", help="skip the service overhead")
+    parser.add_argument(
+        "--pairs", type=int, default=2, help="direct / service pairs for the overhead (mean)"
+    )
     # for the child processes
     parser.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
@@ -334,9 +339,30 @@ def main() -> None:
     print(f"model {args.base_model}, {rows} train rows, {args.steps} timed steps", file=sys.stderr)
 
     trl = spawn(args, "trl")
-    ours = spawn(args, "ours")
     rss = None if args.no_rss else spawn(args, "ours", **{"seq": 256, "steps": 1})
-    service = None if args.no_service else run_service(args)
+    if args.no_service:
+        ours, service = spawn(args, "ours"), None
+    else:  # pairs in alternating order, so a drift in the machine's speed hits both sides alike
+        directs, services = [], []
+        for pair in range(args.pairs):
+            first_direct = pair % 2 == 0
+            if first_direct:
+                directs.append(spawn(args, "ours"))
+            services.append(run_service(args))
+            if not first_direct:
+                directs.append(spawn(args, "ours"))
+        ours = {**directs[0], "direct_wall": sum(d["direct_wall"] for d in directs) / len(directs)}
+        ours["tokens"] = sum(d["tokens"] for d in directs)
+        ours["seconds"] = sum(d["seconds"] for d in directs)
+        service = {
+            "wall": sum(s["wall"] for s in services) / len(services),
+            "same_rows": all(s["same_rows"] for s in services),
+            "loop_tokens_per_s": sum(s["loop_tokens_per_s"] for s in services) / len(services),
+            "pairs": [
+                (d["direct_wall"], s["wall"]) for d, s in zip(directs, services, strict=True)
+            ],
+        }
+        ours["loop_tokens_per_s"] = sum(d["loop_tokens_per_s"] for d in directs) / len(directs)
     print_table(args, trl, ours, rss, service)
 
 
@@ -348,7 +374,7 @@ def print_table(args, trl, ours, rss, service) -> None:
     tflops = ours.get("tflops")
     rows = [("", "TRL SFTTrainer (1 x 16, 512)", "qlora (8 x 2, 512, packed)")]
     rows.append(("real tokens / s", f"{rate(trl):.1f}", f"{rate(ours):.1f}"))
-    rows.append(("timed tokens", str(trl["tokens"]), str(ours["tokens"])))
+    rows.append(("timed tokens", str(trl["tokens"]), str(ours["tokens"])))  # ours: every direct run
     rows.append(("timed seconds", f"{trl['seconds']:.1f}", f"{ours['seconds']:.1f}"))
     rows.append(("peak RSS (GB)", f"{trl['rss'] / gb:.2f}", f"{ours['rss'] / gb:.2f}"))
     if ours["vram"] is not None:
@@ -359,8 +385,13 @@ def print_table(args, trl, ours, rss, service) -> None:
     rows.append(("wall, process start -> trained (s)", f"{trl['wall']:.1f}", f"{ours['wall']:.1f}"))
     if service:
         overhead = service["wall"] / ours["direct_wall"] - 1
-        rows.append(("  ours called directly (s)", "-", f"{ours['direct_wall']:.1f}"))
-        rows.append(("  same run via API + worker (s)", "-", f"{service['wall']:.1f}"))
+        n = len(service["pairs"])
+        rows.append((f"  ours called directly (s, mean of {n})", "-", f"{ours['direct_wall']:.1f}"))
+        rows.append(
+            (f"  same run via API + worker (s, mean of {n})", "-", f"{service['wall']:.1f}")
+        )
+        each = ", ".join(f"{d:.0f}/{s:.0f}" for d, s in service["pairs"])
+        rows.append(("  each pair, direct/service (s)", "-", each))
         rows.append(("  service overhead", "-", f"{overhead:+.1%}"))
         loop = f"{ours['loop_tokens_per_s']:.1f} / {service['loop_tokens_per_s']:.1f}"
         rows.append(("  in-loop tokens/s, direct / service", "-", loop))
