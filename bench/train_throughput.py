@@ -351,18 +351,25 @@ def main() -> None:
             services.append(run_service(args))
             if not first_direct:
                 directs.append(spawn(args, "ours"))
-        ours = {**directs[0], "direct_wall": sum(d["direct_wall"] for d in directs) / len(directs)}
-        ours["tokens"] = sum(d["tokens"] for d in directs)
-        ours["seconds"] = sum(d["seconds"] for d in directs)
+
+        def mean(runs: list[dict[str, Any]], key: str) -> float:
+            return sum(r[key] for r in runs) / len(runs)
+
+        ours = {
+            **directs[0],  # rss, vram, params, loss: alike in every direct run
+            "tokens": sum(d["tokens"] for d in directs),
+            "seconds": sum(d["seconds"] for d in directs),
+            "direct_wall": mean(directs, "direct_wall"),
+            "loop_tokens_per_s": mean(directs, "loop_tokens_per_s"),
+        }
         service = {
-            "wall": sum(s["wall"] for s in services) / len(services),
+            "wall": mean(services, "wall"),
+            "loop_tokens_per_s": mean(services, "loop_tokens_per_s"),
             "same_rows": all(s["same_rows"] for s in services),
-            "loop_tokens_per_s": sum(s["loop_tokens_per_s"] for s in services) / len(services),
             "pairs": [
                 (d["direct_wall"], s["wall"]) for d, s in zip(directs, services, strict=True)
             ],
         }
-        ours["loop_tokens_per_s"] = sum(d["loop_tokens_per_s"] for d in directs) / len(directs)
     print_table(args, trl, ours, rss, service)
 
 

@@ -109,9 +109,8 @@ class WakeableWorker(Worker):
 
     async def _poll_iteration(self) -> None:
         await super()._poll_iteration()
-        for job_id, task in self.tasks.items():
-            if job_id not in self._watched:
-                task.add_done_callback(lambda _task: self.wake.set())
+        for job_id in self.tasks.keys() - self._watched:  # jobs started by this look
+            self.tasks[job_id].add_done_callback(lambda _task: self.wake.set())
         self._watched = set(self.tasks)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.wake.wait(), self.idle_poll_s)
@@ -181,19 +180,19 @@ async def serve(settings: Settings, queues: list[str]) -> None:
         "handle_signals": False,
         "ctx": ctx,
     }
-    by_queue: dict[str, Worker] = {}
+    wakeable: dict[str, WakeableWorker] = {}
+    workers: list[Worker] = []
     for queue in queues:
         name, slots = settings.queue_name(queue), QUEUE_SLOTS.get(queue, 1)
         if settings.wake_on_enqueue:
-            by_queue[queue] = WakeableWorker(
+            wakeable[queue] = WakeableWorker(
                 queue_name=name, max_jobs=slots, idle_poll_s=settings.poll_delay_s, **common
             )
+            workers.append(wakeable[queue])
         else:
-            by_queue[queue] = Worker(
-                queue_name=name, max_jobs=slots, poll_delay=settings.poll_delay_s, **common
+            workers.append(
+                Worker(queue_name=name, max_jobs=slots, poll_delay=settings.poll_delay_s, **common)
             )
-    workers = list(by_queue.values())
-    wakeable = {q: w for q, w in by_queue.items() if isinstance(w, WakeableWorker)}
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -99,10 +99,6 @@ def test_scoring_picks_what_greedy_generation_answers_on_a_trained_adapter(train
     assert same >= 0.95 * len(rows), f"same pick on {same}/{len(rows)}: {generated} vs {scored}"
 
 
-def policy_dtype() -> torch.dtype:
-    return qlora.device_and_dtype()[1]
-
-
 def test_scores_are_the_trained_answers_log_likelihood_in_one_pass_per_batch(trained):
     policy, rows = trained
     fresh = LmPolicy(policy.model, policy.tokenizer, "action_only", "fresh", policy.model_hash)
@@ -123,5 +119,5 @@ def test_scores_are_the_trained_answers_log_likelihood_in_one_pass_per_batch(tra
                 ids = torch.tensor([prompt + answer], device=policy.device)
                 logp = torch.log_softmax(policy.model(input_ids=ids).logits[0].float(), -1)
                 full = sum(float(logp[len(prompt) - 1 + t, tok]) for t, tok in enumerate(answer))
-                near, rel = LOGP_TOLERANCE[policy_dtype()]
+                near, rel = LOGP_TOLERANCE[qlora.device_and_dtype()[1]]
                 assert score == pytest.approx(full, abs=near, rel=rel)
