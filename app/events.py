@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,24 +44,32 @@ def event_dict(ev: Event) -> dict[str, Any]:
     }
 
 
+class LeaseLost(Exception):
+    """A fenced publisher's run now belongs to a later attempt: its events are refused."""
+
+
 @dataclass
 class Tx:
-    """A database transaction that can emit events; they fan out only after it commits."""
+    """A database transaction that can emit events; they fan out only after it commits. With a
+    `fence` (a lease token), an event is stored only while the run's lease still has it."""
 
     session: Session
     emitted: list[Event] = field(default_factory=list)
+    fence: int | None = None
 
     def emit(self, run_id: str, type: str, data: dict[str, Any]) -> Event:
         assert type in EVENT_TYPES, type
         values: dict[str, Any] = {"event_seq": Run.event_seq + 1}
         if type == "card":
             values.update(card=data, phase=data.get("phase"), percent=data.get("percent") or 0.0)
+        update = sa.update(Run).where(col(Run.id) == run_id)
+        if self.fence is not None:
+            update = update.where(col(Run.lease_token) == self.fence)
         seq = self.session.execute(
-            sa.update(Run)
-            .where(col(Run.id) == run_id)
-            .values(**values)
-            .returning(col(Run.event_seq))
-        ).scalar_one()
+            update.values(**values).returning(col(Run.event_seq))
+        ).scalar_one_or_none()
+        if seq is None:
+            raise LeaseLost(run_id)
         ev = Event(run_id=run_id, seq=seq, type=type, data=data, created_at=utcnow())
         self.session.add(ev)
         self.session.flush()
@@ -85,30 +93,45 @@ class Tx:
 
 
 class Publisher:
+    """`fence` and `on_fenced`: a stage's child process publishes under its attempt's lease token;
+    once the run has moved to a later attempt (this worker froze, another took over) its events
+    are dropped, never interleaved with the new attempt's, and `on_fenced()` is called."""
+
     def __init__(
         self,
         engine: sa.Engine,
         redis_client: redis.Redis | None,
         settings: Settings,
         retry_s: float = 0.0,
+        fence: int | None = None,
+        on_fenced: Callable[[], None] | None = None,
     ):
         self.engine, self.redis, self.settings = engine, redis_client, settings
         self.retry_s = retry_s  # workers: settings.db_retry_s; the API: 0 (it answers 503)
+        self.fence, self.on_fenced = fence, on_fenced
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
         tx: Tx
         with one_writer(self.engine), session_scope(self.engine) as session:
-            tx = Tx(session)
+            tx = Tx(session, fence=self.fence)
             yield tx
         self.fan_out(tx.emitted)
 
     def publish(self, run_id: str, type: str, data: dict[str, Any]) -> dict[str, Any]:
+        """The stored event; `{}` when a fenced publisher's lease has moved on."""
+
         def once() -> Event:
             with self.transaction() as tx:
                 return tx.emit(run_id, type, data)
 
-        return event_dict(retrying(once, self.retry_s, f"{type} event of {run_id}"))
+        try:
+            return event_dict(retrying(once, self.retry_s, f"{type} event of {run_id}"))
+        except LeaseLost:
+            if self.on_fenced is None:
+                raise
+            self.on_fenced()
+            return {}
 
     def fan_out(self, events: list[Event]) -> None:
         by_run: dict[str, list[dict[str, Any]]] = {}

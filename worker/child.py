@@ -220,7 +220,11 @@ def main(payload_path: str) -> int:
         return 3
     settings = Settings(**payload["settings"])
     engine = make_engine(settings.database_url)
-    publisher = Publisher(engine, sync_redis(settings), settings, retry_s=settings.db_retry_s)
+    token = payload.get("lease_token")
+    publisher = Publisher(
+        engine, sync_redis(settings), settings, retry_s=settings.db_retry_s, fence=token,
+        on_fenced=lambda: setattr(ctx, "stop_reason", ctx.stop_reason or "shutdown"),
+    )  # fmt: skip
     ctx = StageContext(
         run_id=payload["run_id"],
         kind=payload["kind"],
@@ -238,10 +242,8 @@ def main(payload_path: str) -> int:
     )
     for reason, sig in STOP_SIGNALS.items():
         signal.signal(sig, _stopper(ctx, reason))
-    if payload.get("lease_token") is not None:
-        threading.Thread(
-            target=_fence, args=(ctx, engine, payload["lease_token"]), daemon=True
-        ).start()
+    if token is not None:
+        threading.Thread(target=_fence, args=(ctx, engine, token), daemon=True).start()
     outcome = run_stage(payload["ref"], ctx)
     try:
         write_json_atomic(ctx.stage_dir / OUTCOME, outcome)

@@ -46,3 +46,30 @@ def test_concurrent_publishers_keep_seq_contiguous_and_ordered(migrated: Setting
     lines = (migrated.runs_dir / run_ids[0] / "events.jsonl").read_text().splitlines()
     assert len(lines) == 48
     engine.dispose()
+
+
+def test_a_fenced_publisher_stops_storing_once_the_lease_moves_on(migrated: Settings) -> None:
+    """A frozen worker's trainer keeps running: its events must not land beside the new
+    attempt's. Its publisher is fenced by the lease token it started under."""
+    engine = make_engine(migrated.database_url)
+    with Session(engine) as db:
+        run = Run(kind="selftest", spec={}, spec_hash="x", lease_token=1)
+        db.add(run)
+        db.commit()
+        run_id = run.id
+    fenced: list[bool] = []
+    old = Publisher(engine, None, migrated, fence=1, on_fenced=lambda: fenced.append(True))
+    assert old.publish(run_id, "metric", {"step": 1})["seq"] == 1
+    with Session(engine) as db:  # another worker takes the run over: attempt 2
+        taken = db.get(Run, run_id)
+        assert taken is not None
+        taken.lease_token = 2
+        db.add(taken)
+        db.commit()
+    assert old.publish(run_id, "metric", {"step": 2}) == {} and fenced == [True]
+    new = Publisher(engine, None, migrated, fence=2)
+    assert new.publish(run_id, "metric", {"step": 2})["seq"] == 2
+    with Session(engine) as db:
+        rows = db.exec(select(Event).where(Event.run_id == run_id).order_by(col(Event.id))).all()
+        assert [e.data["step"] for e in rows] == [1, 2] and [e.seq for e in rows] == [1, 2]
+    engine.dispose()
