@@ -12,8 +12,13 @@ Same process, same 4-bit model with the same `qlora` adapter, same anchor rows, 
 - scoring: `LmPolicy.scores_batch`, what the evaluate stage runs: the log-likelihood of each
   candidate's answer text; the prompts' shared start computed once, then one forward pass per
   batch of rows, a row's candidates sharing its prompt's keys/values.
+- prompts only: not a method but the floor under all of them: scoring's own passes with each
+  row's candidates cut to a single token, so only the prompts go through the model.
 The table shows examples/s and anchor accuracy for each, how often each agrees with scoring's
-pick, and the speed ratio scoring / generate (target >= 5x at equal accuracy).
+pick, and the speed ratio scoring / generate (target >= 5x at equal accuracy). It also shows
+generate / prompts only: on a machine where reading the prompt is most of generation's cost (a
+CPU), that ratio caps any method that must read each prompt, and scoring / prompts only says
+how close scoring comes to the cap.
 
 Without `--adapter`, it first trains a small adapter with `worker.train.qlora.train` on `route`
 play logs (worker/envs through the corpus builder; route tags normalized, anchors are an unseen
@@ -41,6 +46,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 TARGET_RATIO = 5.0
+FLOOR = "prompts only"  # not a method: the cost of reading the prompts, no answer
 ANCHOR = "route-s0-w5"
 # The request's fields only: short prompts for --quick (the routes table is most of a state).
 QUICK_STATE = [
@@ -148,10 +154,21 @@ def measure(
         scores = policy.scores_batch([r["state"] for r in rows], [r["tools"] for r in rows])
         return [r["tools"][argmax(s)] for r, s in zip(rows, scores, strict=True)]
 
+    def prompts_only(rows: list[dict[str, Any]]) -> list[str | None]:
+        """The floor: scoring's own passes with every row's candidates cut to one token, so only
+        the prompts go through the model (what any method that reads each prompt pays)."""
+        rows_encoded = [policy.encode(r["state"], r["tools"])[0] for r in rows]
+        prefix = policy._shared_prefix(rows_encoded)
+        for start in range(0, len(rows), policy.rows_per_batch):
+            batch = rows_encoded[start : start + policy.rows_per_batch]
+            policy._score_rows([(p, [[policy.pad_id]]) for p in batch], prefix)
+        return [None] * len(rows)
+
     methods = {
         "generate": generate_each,
         "generate x8": lambda rows: generate_batched(policy, rows, 8),
         "scoring": score,
+        FLOOR: prompts_only,
     }
     if args.no_batched_generate:
         methods.pop("generate x8")
@@ -193,12 +210,19 @@ def table(results: dict[str, dict[str, Any]], anchors: list[dict], prompt_tokens
     ]
     for name, r in results.items():
         agree = sum(a == b for a, b in zip(r["picks"], scoring["picks"], strict=True)) / n
+        if name == FLOOR:
+            lines.append(
+                f"{name:<13} {r['seconds']:>8.1f} {n / r['seconds']:>11.3f} {'-':>9} {'-':>7} "
+                f"{'-':>9} {r['forward_calls']:>12d}"
+            )
+            continue
         lines.append(
             f"{name:<13} {r['seconds']:>8.1f} {n / r['seconds']:>11.3f} {r['accuracy']:>9.3f} "
             f"{agree:>7.3f} {r['no_candidate']:>9d} {r['forward_calls']:>12d}"
         )
     lines.append("")
-    for name in (k for k in results if k != "scoring"):
+    floor = results[FLOOR]["seconds"]
+    for name in (k for k in results if k not in ("scoring", FLOOR)):
         ratio = results[name]["seconds"] / scoring["seconds"]
         same = abs(results[name]["accuracy"] - scoring["accuracy"]) < 1e-9
         verdict = "met" if ratio >= TARGET_RATIO and same else "NOT met"
@@ -207,6 +231,13 @@ def table(results: dict[str, dict[str, Any]], anchors: list[dict], prompt_tokens
             f"{results[name]['accuracy']:.3f} (target >= {TARGET_RATIO:.0f}x at equal accuracy:"
             f" {verdict})"
         )
+        lines.append(
+            f"  ceiling for any method that reads each prompt once: {name} / prompts only = "
+            f"{results[name]['seconds'] / floor:.1f}x"
+        )
+    lines.append(
+        f"scoring takes {scoring['seconds'] / floor:.2f}x the time of reading the prompts alone"
+    )
     lines.append("(model calls: forward passes; a generated token is one)")
     return "\n".join(lines)
 

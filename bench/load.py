@@ -85,6 +85,7 @@ class Phase:
     sse_latencies: list[float] = field(default_factory=list)
     runs_by_status: dict[str, int] = field(default_factory=dict)
     bench_cpu_s: float = 0.0
+    window_cpu: dict[str, float] = field(default_factory=dict)  # CPU s per part, in the window
 
     def sse_counts(self) -> tuple[int, int, int, int]:
         """(expected, delivered, lost, duplicated) over every subscriber."""
@@ -321,7 +322,10 @@ async def drive(ph: Phase, stack: Stack, args: argparse.Namespace) -> None:
             daemon=True,
         )
         publisher.start()
+        before = stack.cpu_seconds()
         await submit(ph, port, t0, stop_at, args.connections)
+        after = stack.cpu_seconds()
+        ph.window_cpu = {k: after[k] - before[k] for k in after}
         stop_publishing.set()
         await asyncio.to_thread(publisher.join, 10)
 
@@ -408,6 +412,26 @@ class Stack:
         if not head.startswith(b"HTTP/1.1 200"):
             return False
         return bool(json.loads(body)["checks"]["workers"]["alive"] >= self.workers)
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds so far: the API, the workers with their children, this bench, and the
+        whole machine's busy time (the rest is the databases, Redis and anything else)."""
+
+        def used(proc: psutil.Process) -> float:
+            with contextlib.suppress(psutil.Error):
+                t = proc.cpu_times()
+                return t.user + t.system + t.children_user + t.children_system
+            return 0.0
+
+        api, *workers = (psutil.Process(p.pid) for p in self.procs)
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        machine = psutil.cpu_times()
+        return {
+            "api": used(api),
+            "workers": sum(used(w) for w in workers),
+            "bench": me.ru_utime + me.ru_stime,
+            "busy": machine.user + machine.nice + machine.system + machine.irq + machine.softirq,
+        }
 
     def count_runs(self, ph: Phase) -> None:
         import sqlalchemy as sa
@@ -503,7 +527,7 @@ HEAD = (
     "| db | target/s | sent | accepted | errors | unsent | achieved/s | p50 ms | p99 ms | max ms "
     "| served p50 ms "
     "| SSE attached | SSE expected | SSE delivered | lost | dup | SSE p50 ms | SSE p99 ms "
-    "| completed | still queued | bench CPU s | outcome |"
+    "| completed | still queued | bench CPU s | window CPU s: api/workers/bench/rest | outcome |"
 )
 
 
@@ -525,8 +549,19 @@ def row(ph: Phase) -> str:
         f"| {ph.attached}/{ph.subscribers}{trouble} | {expected} "
         f"| {delivered} | {lost} | {dup} | {pct(ph.sse_latencies, 0.5):.0f} "
         f"| {pct(ph.sse_latencies, 0.99):.0f} | {ph.runs_by_status.get('completed', '-')} "
-        f"| {queued if queued is not None else '-'} | {ph.bench_cpu_s:.0f} | {ph.outcome} |"
+        f"| {queued if queued is not None else '-'} | {ph.bench_cpu_s:.0f} | {cpu_split(ph)} "
+        f"| {ph.outcome} |"
     )
+
+
+def cpu_split(ph: Phase) -> str:
+    """Where the machine's CPU went during the load window (of its seconds x CPUs)."""
+    c = ph.window_cpu
+    if not c:
+        return "-"
+    rest = c["busy"] - c["api"] - c["workers"] - c["bench"]
+    parts = "/".join(f"{v:.0f}" for v in (c["api"], c["workers"], c["bench"], rest))
+    return f"{parts} of {ph.seconds * (os.cpu_count() or 1):.0f}"
 
 
 def print_table(phases: list[Phase], args: argparse.Namespace) -> None:

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from app.settings import get_settings
 from worker.corpus.messages import SYSTEM_PROMPTS, user_prompt
 from worker.evaluate.policies import Policy, files_hash
 
@@ -293,7 +294,7 @@ def load_lm_policy(ref: dict[str, Any]) -> LmPolicy:
     from worker.train.base_model import resolve_base_model
 
     contract = ref.get("contract", "action_only")
-    model_cache = Path(ref.get("model_cache") or "models")
+    model_cache = Path(ref.get("model_cache") or get_settings().model_cache)
     if ref["type"] == "qlora":
         adapter = Path(ref["path"])
         weights = sorted(adapter.glob("adapter_model.*"))

@@ -103,7 +103,7 @@ def launch_trainer(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
             seed=int(resolved.get("seed") or 0),
             contract=resolved.get("contract", "action_only"),
             probe=bool(resolved.get("probe")),
-            model_cache=Path(resolved.get("model_cache") or "models"),
+            model_cache=Path(resolved.get("model_cache") or ctx.settings.model_cache),
         )
 
     try:
