@@ -27,12 +27,18 @@ class AppState:
     pool: ArqRedis | None = None
 
 
-def state(request: Request) -> AppState:
+def app_state(request: Request) -> AppState:
     return request.app.state.trm
 
 
+# The dependencies that do no I/O are `async def`: FastAPI runs a plain `def` dependency in its
+# threadpool, a thread hand-off (and a wait for the GIL) per dependency per request.
+async def state(request: Request) -> AppState:
+    return app_state(request)
+
+
 def session(request: Request) -> Iterator[Session]:
-    s = Session(state(request).engine, expire_on_commit=False)
+    s = Session(app_state(request).engine, expire_on_commit=False)
     try:
         yield s
     finally:
@@ -42,9 +48,9 @@ def session(request: Request) -> Iterator[Session]:
             s.close()
 
 
-def require_token(request: Request) -> None:
+async def require_token(request: Request) -> None:
     """When TRM_API_TOKEN is set, every route but /healthz needs `Authorization: Bearer`."""
-    expected = state(request).settings.api_token
+    expected = app_state(request).settings.api_token
     if expected is None:
         return
     header = request.headers.get("authorization", "")

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio.to_thread
 from fastapi import Depends, FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
@@ -91,6 +92,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         check_migrated(engine)
+        # Sync routes run in anyio's threadpool; more threads than pooled database connections
+        # only queue for a connection (or open and close overflow ones) and fight for the GIL.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
         hub = LiveHub(settings)
         trm = AppState(settings, engine, Publisher(engine, sync_redis(settings), settings), hub)
         try:

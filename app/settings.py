@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     poll_delay_s: float = 0.5
     wake_on_enqueue: bool = True  # off: poll every `poll_delay_s` only (arq's own behaviour)
     sse_keepalive_s: float = 15.0
+    # Requests the API works on at once in its threadpool (database and Redis calls). Keep it at
+    # most the database pool's size (10 + 20 overflow on Postgres).
+    api_threads: int = Field(default=16, ge=1, le=256)
     max_body_bytes: int = 1024 * 1024
 
     # Limits on what a spec may ask for (bad input is refused, not attempted).

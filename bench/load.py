@@ -346,8 +346,8 @@ async def drive(ph: Phase, stack: Stack, args: argparse.Namespace) -> None:
 class Stack:
     """A scratch database, the API and the workers; `close()` leaves nothing behind."""
 
-    def __init__(self, db: str, workers: int) -> None:
-        self.db, self.workers = db, workers
+    def __init__(self, db: str, workers: int, api_processes: int = 1) -> None:
+        self.db, self.workers, self.api_processes = db, workers, api_processes
         self.tmp = Path(tempfile.mkdtemp(prefix=f"trm-load-{db}-"))
         self.port = free_port()
         self.namespace = f"load{uuid.uuid4().hex[:8]}"
@@ -383,7 +383,7 @@ class Stack:
         log = open(self.tmp / "service.log", "wb")  # noqa: SIM115
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
         cli = [sys.executable, "-m", "app.cli"]
-        commands = [[*cli, "serve", "--port", str(self.port)]]
+        commands = [[*cli, "serve", "--port", str(self.port), "--workers", str(self.api_processes)]]
         commands += [[*cli, "worker", "--queues", "cpu"]] * self.workers
         for command in commands:
             self.procs.append(
@@ -418,10 +418,14 @@ class Stack:
         whole machine's busy time (the rest is the databases, Redis and anything else)."""
 
         def used(proc: psutil.Process) -> float:
+            """The process, its ended children, and its live descendants."""
+            total = 0.0
             with contextlib.suppress(psutil.Error):
-                t = proc.cpu_times()
-                return t.user + t.system + t.children_user + t.children_system
-            return 0.0
+                for each in [proc, *proc.children(recursive=True)]:
+                    with contextlib.suppress(psutil.Error):
+                        t = each.cpu_times()
+                        total += t.user + t.system + t.children_user + t.children_system
+            return total
 
         api, *workers = (psutil.Process(p.pid) for p in self.procs)
         me = resource.getrusage(resource.RUSAGE_SELF)
@@ -493,7 +497,7 @@ def hard_limit(args: argparse.Namespace) -> float:
 
 def run_phase(db: str, args: argparse.Namespace, done: list[Phase]) -> Phase:
     ph = Phase(db, args.rate, args.seconds, args.subscribers)
-    stack = Stack(db, args.workers)
+    stack = Stack(db, args.workers, args.api_processes)
     started = resource.getrusage(resource.RUSAGE_SELF)
 
     def expired() -> None:  # last resort, if even cancelling the phase did not end it
@@ -587,6 +591,9 @@ def main() -> int:
     parser.add_argument("--watched", type=int, default=10, help="runs the subscribers follow")
     parser.add_argument("--events-rate", type=float, default=20.0, help="their events per second")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--api-processes", type=int, default=1, help="`trm serve --workers N`: API processes"
+    )
     parser.add_argument("--connections", type=int, default=64, help="most requests in flight")
     args = parser.parse_args()
     args.seconds = min(args.seconds, 300.0)  # bounded

@@ -3,6 +3,7 @@ compared in constant time, and no token or secret lands in events, manifests, fi
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,7 @@ def test_tokens_are_compared_in_constant_time(
         "headers": [(b"authorization", f"Bearer {TOKEN}".encode())],
         "app": app,
     }
-    deps.require_token(Request(scope))
+    asyncio.run(deps.require_token(Request(scope)))
     assert calls == [(TOKEN.encode(), TOKEN.encode())]
 
 
