@@ -105,16 +105,19 @@ The qlora kill -9 and coordinator kill cases are `slow` (in CI); the 1 GiB garba
 (load generator, API, two workers and Postgres on the same cores) does not reach 300 runs/s: see
 its table for what it did reach, with nothing lost. Where the CPU goes (session 5, Postgres, 15-25 s
 windows; the table's last column splits each window's CPU seconds the same way):
-- the API alone (no workers, no subscribers) takes 164-175 runs/s with one process, and that
-  process uses a whole core (one GIL): 5.6-6.7 ms of CPU per `POST /runs`. In-process, the same
+- the API alone (no workers, no subscribers) took 136 runs/s with one process using a whole core
+  (one GIL): two of its three threadpool hand-offs per request were for dependencies that do no
+  I/O. With those `async`, 201 runs/s, 5.8 ms of CPU per `POST /runs`. In-process, the same
   record-and-enqueue costs 3.1 ms of CPU (4.6 ms wall: five round trips to Postgres, two to
-  Redis); the rest is HTTP. Two API processes (`trm serve --workers 2`) take 179 runs/s with the
-  machine saturated (28 of 30 CPU seconds busy). So 300/s needs about 3x cheaper requests
-  (batching the inserts of concurrent requests into one transaction) or more cores;
+  Redis); the rest is HTTP. Two API processes (`trm serve --workers 2`, before the change) took
+  179 runs/s with the machine saturated (28 of 30 CPU seconds busy). So 300/s here needs about
+  2x cheaper requests (batching the inserts of concurrent requests into one transaction) or
+  more cores;
 - a `selftest` dry run costs a worker 36 ms of CPU (48 ms wall: ten transactions, five events, two
   manifest writes), so while runs are queued two workers take every spare cycle (16-24 of the 40
-  CPU seconds in a 20 s window); running them at `nice 10` raised the API's share only a little
-  (Postgres 60 -> 80 runs/s); on SQLite the API waits for the one writer, not for CPU.
+  CPU seconds in a 20 s window); running them at `nice 10` raised the API's share a little
+  (Postgres 82 -> 101 runs/s, 20 s window); on SQLite the API waits for the one writer (the
+  workers' ten transactions per run), not for CPU.
 
 Known limits: during a network partition of one worker from the database (not a full outage)
 its trainer keeps going until it can read the lease again, so two trainers can overlap for the
