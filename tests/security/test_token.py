@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,9 @@ def test_tokens_are_compared_in_constant_time(
         "headers": [(b"authorization", f"Bearer {TOKEN}".encode())],
         "app": app,
     }
-    asyncio.run(deps.require_token(Request(scope)))
+    # its own thread: the fixtures may already run an event loop in this one
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, deps.require_token(Request(scope))).result()
     assert calls == [(TOKEN.encode(), TOKEN.encode())]
 
 

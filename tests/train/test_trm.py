@@ -128,7 +128,9 @@ def test_load_trm_gives_the_in_memory_models_scores(tmp_path: Path, route_corpus
 
 def test_rows_with_fewer_candidates_put_no_probability_on_padding(tmp_path: Path) -> None:
     corpus = write_choice_corpus(tmp_path / "corpus")
-    result = train({**TINY, "epochs": 25}, corpus, tmp_path / "out", TrainerCallbacks(), seed=1)
+    # 40 epochs: at 25 the bar was reached on one CPU and missed on another (float32 sums in
+    # another order: 0.83, and 0.6 / 1.0 for seeds 2 / 3); at 40 seeds 1-3 all reach 1.0 here.
+    result = train({**TINY, "epochs": 40}, corpus, tmp_path / "out", TrainerCallbacks(), seed=1)
     assert result["eval"]["val"]["accuracy"] >= 0.9  # mixed 2..5 candidates, learned
     policy = load_trm(tmp_path / "out")
     two = {"state": json.dumps({"want": "tool.beta"}), "tools": ["tool.alpha", "tool.beta"]}
