@@ -209,16 +209,14 @@ def table(results: dict[str, dict[str, Any]], anchors: list[dict], prompt_tokens
         f"{'agrees':>7} {'no cand.':>9} {'model calls':>12}",
     ]
     for name, r in results.items():
-        agree = sum(a == b for a, b in zip(r["picks"], scoring["picks"], strict=True)) / n
-        if name == FLOOR:
-            lines.append(
-                f"{name:<13} {r['seconds']:>8.1f} {n / r['seconds']:>11.3f} {'-':>9} {'-':>7} "
-                f"{'-':>9} {r['forward_calls']:>12d}"
-            )
-            continue
+        if name == FLOOR:  # it picks nothing
+            picks = f"{'-':>9} {'-':>7} {'-':>9}"
+        else:
+            agree = sum(a == b for a, b in zip(r["picks"], scoring["picks"], strict=True)) / n
+            picks = f"{r['accuracy']:>9.3f} {agree:>7.3f} {r['no_candidate']:>9d}"
         lines.append(
-            f"{name:<13} {r['seconds']:>8.1f} {n / r['seconds']:>11.3f} {r['accuracy']:>9.3f} "
-            f"{agree:>7.3f} {r['no_candidate']:>9d} {r['forward_calls']:>12d}"
+            f"{name:<13} {r['seconds']:>8.1f} {n / r['seconds']:>11.3f} {picks} "
+            f"{r['forward_calls']:>12d}"
         )
     lines.append("")
     floor = results[FLOOR]["seconds"]
