@@ -14,6 +14,7 @@ from sqlmodel import Session
 
 from app.errors import ApiError
 from app.events import Publisher
+from app.intake import Intake
 from app.live import LiveHub
 from app.settings import Settings
 
@@ -24,6 +25,7 @@ class AppState:
     engine: sa.Engine
     publisher: Publisher
     hub: LiveHub
+    intake: Intake
     pool: ArqRedis | None = None
 
 

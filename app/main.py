@@ -20,6 +20,7 @@ from app import __version__, errors
 from app.db import check_migrated, get_engine
 from app.deps import AppState, require_token
 from app.events import Publisher
+from app.intake import Intake
 from app.live import LiveHub
 from app.queue import create_arq_pool
 from app.redisconn import sync_redis
@@ -96,14 +97,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # only queue for a connection (or open and close overflow ones) and fight for the GIL.
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
         hub = LiveHub(settings)
-        trm = AppState(settings, engine, Publisher(engine, sync_redis(settings), settings), hub)
+        publisher = Publisher(engine, sync_redis(settings), settings)
+        trm = AppState(settings, engine, publisher, hub, Intake(publisher, settings))
         try:
             trm.pool = await create_arq_pool(settings)
         except Exception as exc:  # runs are still recorded; the reconciler enqueues them later
             log.warning("Redis is not answering (%s); runs will queue once it is back", exc)
         await hub.start()
+        trm.intake.start()
         app.state.trm = trm
         yield
+        await trm.intake.stop()
         await hub.stop()
         if trm.pool is not None:
             await trm.pool.close()

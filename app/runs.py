@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -90,14 +91,19 @@ def validate_spec(body: Any, settings: Settings) -> Any:
     return spec
 
 
-def create_run(
-    publisher: Publisher,
-    settings: Settings,
-    body: Any,
-    idempotency_key: str | None,
-    parent_id: str | None = None,
-) -> tuple[Run, bool]:
-    """(run, created). Same key + same body gives the same run; another body gives 409."""
+@dataclass
+class Arrival:
+    """A validated submission, not yet recorded: the run to insert and what decides a replay."""
+
+    run: Run
+    digest: str
+    key: str | None
+
+
+def prepare_run(
+    settings: Settings, body: Any, idempotency_key: str | None, parent_id: str | None = None
+) -> Arrival:
+    """Validate a submission and build its run (nothing is written): a 422 names the field."""
     if idempotency_key is not None and not idempotency_key.strip():
         raise ApiError(
             422,
@@ -106,11 +112,6 @@ def create_run(
             [{"field": "Idempotency-Key", "message": "must not be empty"}],
         )
     spec = validate_spec(body, settings)
-    digest = body_hash(body)
-    if idempotency_key:
-        existing = _by_key(publisher, idempotency_key)
-        if existing is not None:
-            return _replay(existing, digest, idempotency_key), False
     resolved = spec.model_dump(mode="json")
     resolve_api_paths(resolved, settings.data_dir)
     run = Run(
@@ -119,48 +120,100 @@ def create_run(
         name=spec.name,
         parent_id=parent_id,
         spec=resolved,
-        spec_hash=digest,
-        idempotency_key=idempotency_key,
+        spec_hash=body_hash(body),
+        idempotency_key=idempotency_key or None,
         dry_run=spec.dry_run,
         max_attempts=spec.max_attempts or settings.max_attempts,
     )
+    return Arrival(run, run.spec_hash, idempotency_key or None)
+
+
+def record_runs(
+    publisher: Publisher, arrivals: list[Arrival]
+) -> list[tuple[Run, bool] | Exception]:
+    """Record arrivals in one transaction (the API's group commit; the launcher passes one).
+
+    Per arrival, in order: (run, created), or its own error (the 409 of a key reused with
+    another body). Same key and same body give the same run, within the batch too. Errors that
+    are not one arrival's own (the database is down) are raised for the whole batch."""
+    results: list[tuple[Run, bool] | Exception | None] = [None] * len(arrivals)
+    keys = {a.key for a in arrivals if a.key}
+    known = _by_keys(publisher, keys) if keys else {}
+    fresh: list[Arrival] = []
+    for i, arrival in enumerate(arrivals):
+        earlier = known.get(arrival.key) if arrival.key else None
+        if earlier is not None:
+            results[i] = _replay(earlier, arrival)
+            continue
+        fresh.append(arrival)
+        results[i] = (arrival.run, True)
+        if arrival.key:
+            known[arrival.key] = arrival.run
+    if not fresh:
+        return [r for r in results if r is not None]
     try:
         with publisher.transaction() as tx:
-            tx.add_run(
-                run,
-                {
-                    "run_id": run.id,
-                    "kind": run.kind,
-                    "status": "queued",
-                    "previous": None,
-                    "attempt": 1,
-                    "terminal": False,
-                },
-            )
+            tx.add_runs([(a.run, _first_event(a.run)) for a in fresh])
     except sa.exc.IntegrityError:
-        # Two requests with one key raced; the other one won.
-        existing = _by_key(publisher, idempotency_key) if idempotency_key else None
-        if existing is None:
-            raise
-        return _replay(existing, digest, idempotency_key or ""), False
-    return run, True
+        if len(arrivals) == 1:
+            # Two requests with one key raced (another API process); the other one won.
+            existing = _by_keys(publisher, keys).get(arrivals[0].key or "") if keys else None
+            if existing is None:
+                raise
+            return [_replay(existing, arrivals[0])]
+        # Somebody else's key in the batch: sort it out one arrival at a time.
+        return [_record_alone(publisher, a) for a in arrivals]
+    return [r for r in results if r is not None]
 
 
-def _by_key(publisher: Publisher, key: str) -> Run | None:
+def _record_alone(publisher: Publisher, arrival: Arrival) -> tuple[Run, bool] | Exception:
+    try:
+        return record_runs(publisher, [arrival])[0]
+    except sa.exc.IntegrityError as exc:  # its own conflict: the others are still recorded
+        return exc
+
+
+def create_run(
+    publisher: Publisher,
+    settings: Settings,
+    body: Any,
+    idempotency_key: str | None,
+    parent_id: str | None = None,
+) -> tuple[Run, bool]:
+    """(run, created). Same key + same body gives the same run; another body gives 409."""
+    (outcome,) = record_runs(publisher, [prepare_run(settings, body, idempotency_key, parent_id)])
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+def _first_event(run: Run) -> dict[str, Any]:
+    return {
+        "run_id": run.id,
+        "kind": run.kind,
+        "status": "queued",
+        "previous": None,
+        "attempt": 1,
+        "terminal": False,
+    }
+
+
+def _by_keys(publisher: Publisher, keys: set[str]) -> dict[str, Run]:
     with Session(publisher.engine) as session:
-        return session.exec(select(Run).where(Run.idempotency_key == key)).first()
+        runs = session.exec(select(Run).where(col(Run.idempotency_key).in_(keys))).all()
+    return {run.idempotency_key: run for run in runs if run.idempotency_key}
 
 
-def _replay(existing: Run, digest: str, key: str) -> Run:
-    if existing.spec_hash != digest:
-        raise ApiError(
+def _replay(existing: Run, arrival: Arrival) -> tuple[Run, bool] | ApiError:
+    if existing.spec_hash != arrival.digest:
+        return ApiError(
             409,
             "idempotency_conflict",
-            f"Idempotency-Key {key!r} was used for run {existing.id} with a different "
+            f"Idempotency-Key {arrival.key!r} was used for run {existing.id} with a different "
             "body; use a new key for a new run",
             {"run_id": existing.id},
         )
-    return existing
+    return existing, False
 
 
 def get_run(session: Session, run_id: str) -> Run:

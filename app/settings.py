@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     # Requests the API works on at once in its threadpool (database and Redis calls). Keep it at
     # most the database pool's size (10 + 20 overflow on Postgres).
     api_threads: int = Field(default=16, ge=1, le=256)
+    # Batches of arriving runs the API writes at once (app/intake.py). More than one lets one
+    # batch's file and Redis work overlap the next one's database work.
+    intake_writers: int = Field(default=4, ge=1, le=64)
     max_body_bytes: int = 1024 * 1024
 
     # Limits on what a spec may ask for (bad input is refused, not attempted).
@@ -72,6 +75,10 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"
     api_port: int = 8000
     worker_id: str | None = Field(default=None, description="defaults to host:pid")
+    # A worker's CPU priority (nice 0-19; its stage children inherit it). Where workers share
+    # cores with the API, queued work takes what the API leaves, and intake stays quick; on a
+    # host of their own it changes nothing. 0 keeps the priority the worker was started with.
+    worker_nice: int = Field(default=10, ge=0, le=19)
 
     def queue_name(self, queue: str) -> str:
         return f"{self.redis_namespace}:queue:{queue}"

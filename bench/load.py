@@ -11,10 +11,12 @@ redis://127.0.0.1:6379/11) under a fresh namespace, `trm serve` and `--workers` 
 `trm worker --queues cpu`.
 
 - Submitted runs are `selftest` dry runs on the cpu queue: the API validates, inserts the run with
-  its first event and enqueues it; the workers take them as fast as they can. Open loop: request
-  i is due at t0 + i/rate whatever the answers before it did, on at most `--connections`
-  keep-alive connections; latency is counted from the request's due time, so an API that falls
-  behind shows it (no coordinated omission); `served` is send -> answer, the API's own share.
+  its first event and enqueues it (concurrent submissions together: app/intake.py); the workers
+  take them as fast as the CPU the API leaves them allows (they run at TRM_WORKER_NICE, default
+  10; `TRM_WORKER_NICE=0` to compare). Open loop: request i is due at t0 + i/rate whatever the
+  answers before it did, on at most `--connections` keep-alive connections; latency is counted
+  from the request's due time, so an API that falls behind shows it (no coordinated omission);
+  `served` is send -> answer, the API's own share.
   Nothing is sent after the window closes: what was due but not sent by then is `unsent`. So the
   generator holds at most `--connections` requests, however far the API falls behind.
 - Subscribers: raw SSE streams spread over `--watched` runs that sit queued on the gpu queue (no
@@ -569,15 +571,18 @@ def cpu_split(ph: Phase) -> str:
 
 
 def print_table(phases: list[Phase], args: argparse.Namespace) -> None:
+    from app.settings import get_settings
+
+    nice = get_settings().worker_nice  # what the workers take (TRM_WORKER_NICE)
     print(HEAD)
     print("|" + "---|" * HEAD.count(" | ") + "---|")
     for ph in phases:
         print(row(ph))
     print(
         f"\n{args.seconds:g} s window per database, {args.subscribers} SSE subscribers on "
-        f"{args.watched} runs ({args.events_rate:g} events/s in all), {args.workers} workers, "
-        f"{args.connections} connections, loopback, {os.cpu_count()} CPUs shared by the "
-        "generator, the API, the workers and the database.",
+        f"{args.watched} runs ({args.events_rate:g} events/s in all), {args.workers} workers "
+        f"at nice {nice} (TRM_WORKER_NICE), {args.connections} connections, loopback, "
+        f"{os.cpu_count()} CPUs shared by the generator, the API, the workers and the database.",
         flush=True,
     )
 

@@ -6,7 +6,6 @@ import json
 import logging
 from typing import Annotated, Any
 
-import redis
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
@@ -16,7 +15,6 @@ from app import runs as run_ops
 from app.deps import AppState, session, state
 from app.errors import ApiError
 from app.models import Run
-from app.queue import enqueue_now
 from app.schemas.runs import ErrorOut, LedgerOut, RunList, RunOut
 
 log = logging.getLogger("trm.api")
@@ -47,24 +45,12 @@ def parse_json(raw: bytes) -> Any:
         raise ApiError(400, "bad_json", "body is not valid UTF-8 JSON") from None
 
 
-def _record_and_queue(
-    app: AppState, body: Any, idempotency_key: str | None, parent_id: str | None
-) -> tuple[Run, bool]:
-    run, created = run_ops.create_run(app.publisher, app.settings, body, idempotency_key, parent_id)
-    if created and app.publisher.redis is not None:
-        try:
-            enqueue_now(app.publisher.redis, app.settings, run.id, run.attempt, run.queue)
-        except redis.RedisError as exc:  # the run is recorded; the reconciler enqueues it
-            log.warning("enqueue of %s deferred: %s", run.id, exc)
-    return run, created
-
-
 async def accept_run(
     app: AppState, body: Any, idempotency_key: str | None, parent_id: str | None = None
 ) -> tuple[Run, bool]:
     """Record the run (validated, idempotent) and put it on its queue: the one way runs arrive.
-    One trip to the threadpool for both."""
-    return await run_in_threadpool(_record_and_queue, app, body, idempotency_key, parent_id)
+    Concurrent submissions are recorded and queued together (app/intake.py)."""
+    return await app.intake.submit(body, idempotency_key, parent_id)
 
 
 def accepted(run: Run, created: bool, extra: dict[str, Any] | None = None) -> JSONResponse:

@@ -200,3 +200,23 @@ def test_worker_shutdown_hands_the_run_to_the_next_worker(
     assert done["status"] == "completed" and done["attempt"] == 2
     loop = read_json(settings.runs_dir / run["id"] / "loop" / "manifest.json")
     assert loop["counters"]["resumed_from_step"] >= 5
+
+
+def test_workers_and_their_stage_children_run_at_the_worker_priority(
+    service: Service, settings: Settings
+) -> None:
+    """TRM_WORKER_NICE (default 10): on a shared host, queued work takes the CPU the API leaves."""
+    import psutil
+
+    api = psutil.Process(service.procs[0].pid)
+    worker = psutil.Process(service.start_worker().pid)
+    run = service.submit(loop_spec(400, 0.05))
+    service.wait_status(run["id"], "running")
+    wait_for(lambda: bool(worker.children(recursive=True)), 30, "the loop stage's child")
+    assert settings.worker_nice == 10 and api.nice() == 0
+    threads = [t.id for t in worker.threads()]
+    assert [os.getpriority(os.PRIO_PROCESS, t) for t in threads] == [10] * len(threads)
+    assert [c.nice() for c in worker.children(recursive=True)] == [10] * len(
+        worker.children(recursive=True)
+    )
+    assert service.http.post(f"/runs/{run['id']}/cancel").status_code == 202
