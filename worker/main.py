@@ -33,10 +33,18 @@ async def run_job(ctx: dict[str, Any], run_id: str, attempt: int) -> str:
     return await asyncio.to_thread(runner.execute, run_id, attempt)
 
 
+def lower_priority(nice: int) -> None:
+    """Take CPU priority `nice` unless this process already runs lower (never raises it). Threads
+    and children started afterwards inherit it."""
+    if nice > os.getpriority(os.PRIO_PROCESS, 0):
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+
+
 async def startup(ctx: dict[str, Any]) -> None:
     if "runner" in ctx:
         return
     settings: Settings = ctx.get("settings") or get_settings()
+    lower_priority(settings.worker_nice)
     engine = get_engine(settings)
     check_migrated(engine)
     worker_id = settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
