@@ -6,5 +6,5 @@ scripts/setup.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 .venv/bin/ruff check app worker tests bench
 .venv/bin/ruff format --check app worker tests bench
-.venv/bin/mypy app
+.venv/bin/mypy app worker
 .venv/bin/pytest "$@"

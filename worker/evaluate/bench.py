@@ -158,8 +158,8 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
             router["scores"]["recovery_rate"], baseline["scores"]["recovery_rate"]
         ),
     }
-    for side in sides.values():
-        side.pop("_per_example")
+    for scored in sides.values():
+        scored.pop("_per_example")
     card = {
         "format": sc.FORMAT,
         "run_id": ctx.run_id,

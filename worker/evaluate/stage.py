@@ -154,7 +154,9 @@ def rollout_rates(
     for row in anchors:
         meta = row.get("meta") or {}
         wid = meta.get("world_id") or meta.get("env")
-        if wid in worlds or not replayable(sources.get(meta.get("source_name"))):
+        if not isinstance(wid, str) or wid in worlds:
+            continue
+        if not replayable(sources.get(meta.get("source_name"))):
             continue
         world = env_world(wid)
         if world is not None:

@@ -93,7 +93,7 @@ def resume_point(out_dir: Path, expected: str) -> Path | None:
 def save(
     out_dir: Path,
     step: int,
-    write_model: Callable[[Path], None],
+    write_model: Callable[[Path], object],
     optimizer: torch.optim.Optimizer,
     scheduler: Any | None,
     meta: dict[str, Any],

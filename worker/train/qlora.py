@@ -89,7 +89,7 @@ def load_4bit(base_dir: Path, device: torch.device, dtype: torch.dtype) -> Any:
         # after an eval would silently lose the gradient through the base weights) and rounds
         # differently (a reloaded adapter would not reproduce the trained logits). Never repack.
         if hasattr(module, "support_avx512bf16_for_cpu"):
-            module.support_avx512bf16_for_cpu = False
+            setattr(module, "support_avx512bf16_for_cpu", False)  # noqa: B010
     for param in model.parameters():
         if param.dtype in (torch.float16, torch.bfloat16) and type(param).__name__ != "Params4bit":
             param.data = param.data.float()

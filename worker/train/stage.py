@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from app.schemas.specs import QloraTrainerConfig, TrmTrainerConfig
 from worker.context import StageContext, StageFailure
 from worker.train.callbacks import StageCallbacks
@@ -19,7 +21,7 @@ from worker.train.callbacks import StageCallbacks
 RESOLVED_CONFIG = "trainer_config.resolved.json"
 # The config keys that set the micro-batch and the accumulation, per trainer.
 BATCH_KEYS = {"trm": ("batch_size", "grad_accum"), "qlora": ("micro_batch", "grad_accum")}
-SPEC_MODELS = {"trm": TrmTrainerConfig, "qlora": QloraTrainerConfig}
+SPEC_MODELS: dict[str, type[BaseModel]] = {"trm": TrmTrainerConfig, "qlora": QloraTrainerConfig}
 # The corpus files each trainer reads (recorded as the stage's inputs).
 CORPUS_FILES = {
     "trm": ("train.jsonl", "val.jsonl", "anchor.jsonl"),

@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -267,7 +267,8 @@ class Encoded:
 
 def deep_supervision_loss(outs: list[torch.Tensor], target: torch.Tensor) -> torch.Tensor:
     """Summed (not averaged) over rows: callers divide by the rows of the optimizer step."""
-    return sum(F.cross_entropy(o, target, reduction="sum") for o in outs) / len(outs)
+    total = sum(F.cross_entropy(o, target, reduction="sum") for o in outs)
+    return cast(torch.Tensor, total) / len(outs)
 
 
 @torch.no_grad()
