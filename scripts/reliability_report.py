@@ -33,6 +33,11 @@ CLAIMS = {
         "stops instead of training the same run alongside",
         "nothing",
     ),
+    "test_a_fenced_stage_child_stops_without_writing": (
+        "a stage's child whose run moved to a later attempt (lease token bumped under it) stops "
+        "within a heartbeat and writes nothing: no stop checkpoint, no outcome, no more events",
+        "nothing (the new attempt's run directory is left alone)",
+    ),
     "test_qlora_kill9_resumes_from_the_newest_checkpoint": (
         "kill -9 of a worker in the middle of a `qlora` run (slow)",
         "nothing",
@@ -90,6 +95,7 @@ smallest change in the lead-owned files that makes it pass (`diff` in the issue'
 | case | what went wrong | fix |
 |---|---|---|
 | frozen worker (SIGSTOP) | its trainer (a child in its own session) kept training the run while attempt 2 trained it too: steps 75, 75, 76, 76, ... | the child fences itself: it reads the run's `lease_token`/status every heartbeat and stops (as on shutdown) when the lease moved on (`worker/child.py`, token passed by `worker/runner.py`) |
+| fenced child (session 6) | stopping "as on shutdown", the fenced child still saved its stop checkpoint (an older step than the new attempt's: a third attempt would have resumed from it), wrote its outcome into the stage folder the new attempt's child uses, and its worker could write the stage's manifest there | a moved lease is its own stop reason, `fenced`: `should_stop()` raises `LeaseMoved` (a BaseException, so stage code cannot catch it and carry on), the child exits with code 29 without writing its outcome, and the worker ends the attempt as `lost` without a manifest (tests/fault/test_fencing.py) |
 | Redis restarted empty | arq's poll loop ends at the first Redis error; the worker kept heartbeating with no consumer on that queue, so a new run stayed `queued` forever | `worker/main.py` polls again after an error (`_keep_polling`) |
 | Postgres unreachable | writes answered 500 `internal` and the connection was cut ("response already started": the session's close raised after the error response); the trainer's progress write failed the run; after the outage the reconciler marked the still-live run stale | 503 `unavailable` for `OperationalError`/`InterfaceError`/pool timeouts with `Retry-After` (`app/errors.py`); session close errors suppressed (`app/deps.py`); workers retry writes for `TRM_DB_RETRY_S` (`app/db.py::retrying`, `Publisher(retry_s=)`, manifests, the run's end); a reconciler that just lost the database waits one stale period before judging heartbeats |
 | stall | no `stalled` detection | the lease tracks the run's `event_seq`; the runner kills a child stage silent for `TRM_STALL_S` and fails it `stalled` (`selftest.stall_at_step` exercises it) |

@@ -28,15 +28,22 @@ from app.db import make_engine
 from app.events import Publisher
 from app.redisconn import sync_redis
 from app.settings import Settings
-from worker.context import StageContext, StageFailure
+from worker.context import FENCED, LeaseMoved, StageContext, StageFailure
 from worker.manifests import write_json_atomic
 from worker.train.memory import CHILD_ENV
 
 PAYLOAD = ".child.json"
 EXIT_DISK_FULL = 28  # the child could not write its outcome: no space left (errno 28)
 EXIT_NO_OUTCOME = 27  # the child could not write its outcome for another OS reason
+EXIT_FENCED = 29  # the run moved to a later attempt: the child stopped and wrote nothing
+FENCED_OUTCOME: dict[str, Any] = {
+    "ok": False,
+    "failure_class": "lost",
+    "reason": "the run moved to a later attempt; this attempt stopped without writing",
+    "stop_reason": FENCED,
+}
 OUTCOME = ".outcome.json"
-STOP_SIGNALS = {"cancel": signal.SIGTERM, "shutdown": signal.SIGUSR1}
+STOP_SIGNALS = {"cancel": signal.SIGTERM, "shutdown": signal.SIGUSR1, FENCED: signal.SIGUSR2}
 # Never written to the payload file (it lies in the run dir); the child gets them in its env.
 SECRET_SETTINGS = {"api_token", "database_url", "redis_url"}
 
@@ -51,6 +58,8 @@ def run_stage(fn_ref: str, ctx: StageContext) -> dict[str, Any]:
     try:
         result = load_ref(fn_ref)(ctx, ctx.spec) or {}
         outcome: dict[str, Any] = {"ok": True, "result": result}
+    except LeaseMoved:
+        return dict(FENCED_OUTCOME)
     except StageFailure as exc:
         outcome = {"ok": False, "failure_class": exc.failure_class, "reason": exc.reason}
     except MemoryError:
@@ -62,8 +71,12 @@ def run_stage(fn_ref: str, ctx: StageContext) -> dict[str, Any]:
             "reason": f"{type(exc).__name__}: {exc}",
             "traceback": traceback.format_exc(limit=20),
         }
+    try:
+        stop = ctx.stop_reason or (ctx.should_stop() if outcome["ok"] else None)
+    except LeaseMoved:
+        return dict(FENCED_OUTCOME)
     outcome.update(
-        stop_reason=ctx.stop_reason or (ctx.should_stop() if outcome["ok"] else None),
+        stop_reason=stop,
         counters=ctx.counters,
         notes=ctx.notes,
         inputs=[str(p) for p in ctx.inputs],
@@ -137,6 +150,8 @@ class ChildStage:
     def outcome(self) -> dict[str, Any]:
         assert self.proc is not None
         code = self.proc.wait()
+        if code == EXIT_FENCED:  # an outcome file there now is the new attempt's
+            return dict(FENCED_OUTCOME)
         path = self.ctx.stage_dir / OUTCOME
         if path.exists():
             return json.loads(path.read_text())
@@ -209,7 +224,7 @@ def _fence(ctx: StageContext, engine: object, token: int) -> None:
         except sa.exc.SQLAlchemyError:
             continue  # no evidence either way; the worker's lease thread decides
         if row is None or row.lease_token != token or row.status != "running":
-            ctx.stop_reason = "shutdown"
+            ctx.stop_reason = FENCED
             return
 
 
@@ -223,7 +238,7 @@ def main(payload_path: str) -> int:
     token = payload.get("lease_token")
     publisher = Publisher(
         engine, sync_redis(settings), settings, retry_s=settings.db_retry_s, fence=token,
-        on_fenced=lambda: setattr(ctx, "stop_reason", ctx.stop_reason or "shutdown"),
+        on_fenced=lambda: setattr(ctx, "stop_reason", FENCED),
     )  # fmt: skip
     ctx = StageContext(
         run_id=payload["run_id"],
@@ -245,6 +260,8 @@ def main(payload_path: str) -> int:
     if token is not None:
         threading.Thread(target=_fence, args=(ctx, engine, token), daemon=True).start()
     outcome = run_stage(payload["ref"], ctx)
+    if ctx.stop_reason == FENCED:  # the stage dir is the new attempt's: leave it alone
+        return EXIT_FENCED
     try:
         write_json_atomic(ctx.stage_dir / OUTCOME, outcome)
     except OSError as exc:  # nowhere to write it: the exit code carries what happened

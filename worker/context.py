@@ -18,6 +18,13 @@ from app.events import Publisher
 from app.settings import Settings
 
 CARD_EVERY_S = 0.25
+FENCED = "fenced"  # the stop reason of an attempt whose run has moved on to a later attempt
+
+
+class LeaseMoved(BaseException):
+    """The run's lease moved to a later attempt (this worker froze or was cut off): stop at once
+    and write nothing more, since the run directory is the new attempt's now. A BaseException, so
+    that stage code's `except Exception` cannot turn it into a failure and carry on writing."""
 
 
 class StageFailure(Exception):
@@ -61,10 +68,12 @@ class StageContext:
         return path
 
     def should_stop(self) -> str | None:
-        """'cancel', 'shutdown', 'budget', or None: check it at every step boundary."""
-        if self.stop_reason:
-            return self.stop_reason
-        if self.stop_probe is not None and (reason := self.stop_probe()):
+        """'cancel', 'shutdown', 'budget', or None: check it at every step boundary. Raises
+        LeaseMoved once the run belongs to a later attempt: nothing may be saved then."""
+        reason = self.stop_reason or (self.stop_probe() if self.stop_probe else None)
+        if reason == FENCED:
+            raise LeaseMoved(self.run_id)
+        if reason:
             return reason
         if self.deadline is not None and time.time() >= self.deadline:
             return "budget"

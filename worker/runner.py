@@ -24,7 +24,7 @@ from app.runstate import set_status
 from app.settings import Settings
 from worker.artifact_sync import sync_stage
 from worker.child import ChildStage, load_ref, run_stage
-from worker.context import StageContext, StageFailure
+from worker.context import FENCED, StageContext, StageFailure
 from worker.kinds import KINDS, PLANNERS, StageDef
 from worker.lease import Lease
 from worker.manifests import StageRecorder, write_json_atomic
@@ -164,8 +164,8 @@ class Runner:
             started = time.monotonic()
             outcome = self._run_one(stage, ctx, lease)
             usage.add_stage(stage, time.monotonic() - started, outcome.get("counters", {}))
-            if lease.lost.is_set():
-                return Ending("lost")
+            if lease.lost.is_set() or outcome.get("stop_reason") == FENCED:
+                return Ending("lost")  # the run dir is the new attempt's: no manifest, no sync
             stage_ending = self._record_outcome(recorder, manifest, position, ctx, outcome)
             sync_stage(self.settings, run.id, ctx.run_dir, None, publisher=self.publisher)
             if stage_ending is not None and ending is None:
@@ -203,7 +203,9 @@ class Runner:
     def _run_one(self, stage: StageDef, ctx: StageContext, lease: Lease) -> dict[str, Any]:
         assert stage.ref is not None, f"stage {stage.name} is not built"
         if not stage.in_child:
-            ctx.stop_probe = lambda: self._stop_reason(lease, None)
+            ctx.stop_probe = lambda: (
+                FENCED if lease.lost.is_set() else self._stop_reason(lease, None)
+            )
             return run_stage(stage.ref, ctx)
         child = ChildStage(ctx, stage.ref, lease.token)
         lease.pids.append(child.start())
@@ -218,7 +220,7 @@ class Runner:
                 child.kill()
             reason = "lost" if lease.lost.is_set() else self._stop_reason(lease, None)
             if reason and signalled_at is None:
-                child.stop("cancel" if reason == "lost" else reason)
+                child.stop(FENCED if reason == "lost" else reason)
                 signalled_at = time.monotonic()
             if (
                 signalled_at is not None

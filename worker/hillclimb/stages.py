@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from app.errors import ApiError
 from app.schemas.hillclimb import HillclimbSpec
-from worker.context import StageContext, StageFailure
+from worker.context import FENCED, StageContext, StageFailure
 from worker.hillclimb import decide
 from worker.hillclimb.decide import SearchState
 from worker.hillclimb.ladder import candidate_spec, ladder_of, root_knobs, rung_label
@@ -190,8 +190,8 @@ def search(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     ctx.outputs.append(ledger.path)
     if outcome in ("cancel", "shutdown"):
         ctx.stop_reason = outcome
-    elif outcome == "lost":
-        ctx.stop_reason = "shutdown"
+    elif outcome == "lost":  # the search moved to a later attempt: its child writes nothing more
+        ctx.stop_reason = FENCED
     state = coordinator.state
     best = state.best
     return {
