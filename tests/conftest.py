@@ -3,6 +3,7 @@ processes. Nothing of ours is mocked."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -12,7 +13,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,13 @@ ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("TRM_TEST_REDIS_URL", "redis://127.0.0.1:6379/11")
 PG_ADMIN_URL = os.environ.get("TRM_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TERMINAL = ("completed", "failed", "cancelled")
+
+
+def run_async(coro: Coroutine[Any, Any, Any]) -> Any:
+    """`asyncio.run` in a thread of its own: a fixture of another test (the dashboard's browser)
+    may leave an event loop running in the main thread, where `asyncio.run` refuses to start."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def _pg_admin(sql: str) -> None:

@@ -3,9 +3,7 @@ compared in constant time, and no token or secret lands in events, manifests, fi
 
 from __future__ import annotations
 
-import asyncio
 import hmac
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,7 @@ from sqlmodel import Session, select
 from app.db import make_engine
 from app.models import Event, Run, Stage
 from app.settings import Settings
-from tests.conftest import Service
+from tests.conftest import Service, run_async
 
 TOKEN = "tok-3f9a1c7e55d2"
 DB_PASSWORD = "pw-91b7d0c4"
@@ -85,9 +83,7 @@ def test_tokens_are_compared_in_constant_time(
         "headers": [(b"authorization", f"Bearer {TOKEN}".encode())],
         "app": app,
     }
-    # its own thread: the fixtures may already run an event loop in this one
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(asyncio.run, deps.require_token(Request(scope))).result()
+    run_async(deps.require_token(Request(scope)))
     assert calls == [(TOKEN.encode(), TOKEN.encode())]
 
 

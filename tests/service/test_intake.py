@@ -21,6 +21,7 @@ from app.models import Event, Run
 from app.redisconn import sync_redis
 from app.runs import prepare_run, record_runs
 from app.settings import Settings
+from tests.conftest import run_async
 
 DRY = {"kind": "selftest", "dry_run": True}
 
@@ -58,7 +59,7 @@ def submit_together(intake: Intake, submissions: list[tuple[Any, str | None]]) -
         finally:
             await intake.stop()
 
-    return asyncio.run(go())
+    return run_async(go())
 
 
 def test_concurrent_submissions_share_one_commit_and_keep_their_own_answers(
@@ -133,7 +134,7 @@ def test_a_stopped_intake_refuses_with_503(publisher: Publisher, migrated: Setti
         await intake.submit(DRY, None)
 
     with pytest.raises(ApiError) as refused:
-        asyncio.run(late())
+        run_async(late())
     assert refused.value.status == 503
     with Session(publisher.engine) as session:
         assert len(session.exec(select(Run)).all()) == 1
