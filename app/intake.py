@@ -34,6 +34,12 @@ from app.settings import Settings
 log = logging.getLogger("trm.api")
 Outcome = tuple[Run, bool] | BaseException
 SHUTTING_DOWN = ApiError(503, "unavailable", "the API is shutting down; submit the run again")
+CUT_OFF = ApiError(
+    503,
+    "unavailable",
+    "the API shut down while recording this run: it may exist; submit it again with the same "
+    "Idempotency-Key, or look for it with GET /runs",
+)
 
 
 @dataclass
@@ -50,6 +56,7 @@ class Intake:
         self._waiting: list[Submission] = []
         self._arrived = asyncio.Event()
         self._writers: list[asyncio.Task[None]] = []
+        self._writing = 0  # batches in the threadpool now
 
     def start(self) -> None:
         self._writers = [
@@ -58,9 +65,10 @@ class Intake:
         ]
 
     async def stop(self) -> None:
-        """Finish what has arrived (for up to 10 s), then end the writers."""
+        """Finish what has arrived and what is being written (for up to 10 s), then end the
+        writers: a request whose run was recorded gets its 202, not a 503."""
         deadline = asyncio.get_running_loop().time() + 10.0
-        while self._waiting and self._taking():
+        while (self._waiting or self._writing) and self._taking():
             if asyncio.get_running_loop().time() > deadline:
                 break
             await asyncio.sleep(0.01)
@@ -99,13 +107,16 @@ class Intake:
                 batch = [s for s in batch if not s.answer.done()]
                 if not batch:
                     continue
+                self._writing += 1
                 try:
                     outcomes: list[Outcome] = await anyio.to_thread.run_sync(self._write, batch)
-                except asyncio.CancelledError:
-                    self._answer_all(batch, SHUTTING_DOWN)
+                except asyncio.CancelledError:  # stopped mid-write, after stop()'s 10 s
+                    self._answer_all(batch, CUT_OFF)
                     raise
                 except Exception as exc:  # the whole write failed: every request's answer
                     outcomes = [exc] * len(batch)
+                finally:
+                    self._writing -= 1
                 for submission, outcome in zip(batch, outcomes, strict=True):
                     self._answer(submission, outcome)
 

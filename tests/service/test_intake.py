@@ -138,3 +138,24 @@ def test_a_stopped_intake_refuses_with_503(publisher: Publisher, migrated: Setti
     assert refused.value.status == 503
     with Session(publisher.engine) as session:
         assert len(session.exec(select(Run)).all()) == 1
+
+
+def test_stopping_mid_write_still_answers_the_runs_it_recorded(
+    publisher: Publisher, migrated: Settings
+) -> None:
+    """An API shutting down while a batch is in the threadpool waits for it: those requests get
+    their runs, not a 503 that would make their clients submit them twice."""
+
+    async def go() -> list[Any]:
+        intake = Intake(publisher, migrated)
+        intake.start()
+        submitted = [asyncio.create_task(intake.submit(DRY, None)) for _ in range(50)]
+        await asyncio.sleep(0.005)  # the batch is being written now
+        await intake.stop()
+        return await asyncio.gather(*submitted, return_exceptions=True)
+
+    answers = run_async(go())
+    assert [a[1] if isinstance(a, tuple) else repr(a) for a in answers] == [True] * 50
+    with Session(publisher.engine) as session:
+        stored = {r.id for r in session.exec(select(Run)).all()}
+    assert stored == {a[0].id for a in answers}
