@@ -127,9 +127,9 @@ def test_load_trm_gives_the_in_memory_models_scores(tmp_path: Path, route_corpus
 
 
 def test_rows_with_fewer_candidates_put_no_probability_on_padding(tmp_path: Path) -> None:
-    # 240 rows, 40 epochs: with 120 rows the bar was reached on one CPU and missed on another
-    # (float32 sums in another order: seed 1 gave 0.83 on both CPUs at 40 epochs, seed 5 0.9);
-    # with 240 seeds 1-5 all reach 1.0 (at 25 epochs seed 5 still fell to 0.3).
+    # 240 rows, 40 epochs: with 120 rows seed 1 missed the bar with 0.83 on two CPUs (float32
+    # sums in another order), at 25 epochs on one and at 40 on the other; with 240 rows seeds 1-5
+    # all reach 1.0 at 40 epochs (at 25 seed 5 still fell to 0.3).
     corpus = write_choice_corpus(tmp_path / "corpus", rows=240)
     result = train({**TINY, "epochs": 40}, corpus, tmp_path / "out", TrainerCallbacks(), seed=1)
     assert result["eval"]["val"]["accuracy"] >= 0.9  # mixed 2..5 candidates, learned
