@@ -31,7 +31,9 @@ def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
 
 
-def make_engine(url: str) -> sa.Engine:
+def make_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> sa.Engine:
+    """`pool_size` and `max_overflow`: Postgres connections per process kept open and added
+    under load (TRM_DB_POOL_SIZE, TRM_DB_MAX_OVERFLOW); SQLite ignores them."""
     if is_sqlite(url):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
@@ -49,16 +51,17 @@ def make_engine(url: str) -> sa.Engine:
 
         return engine
     url = url.replace("postgresql://", "postgresql+psycopg://", 1)
-    return create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    return create_engine(url, pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=True)
 
 
 @lru_cache(maxsize=8)
-def engine_for(url: str) -> sa.Engine:
-    return make_engine(url)
+def engine_for(url: str, pool_size: int = 10, max_overflow: int = 20) -> sa.Engine:
+    return make_engine(url, pool_size, max_overflow)
 
 
 def get_engine(settings: Settings | None = None) -> sa.Engine:
-    return engine_for((settings or get_settings()).database_url)
+    settings = settings or get_settings()
+    return engine_for(settings.database_url, settings.db_pool_size, settings.db_max_overflow)
 
 
 _WRITE_LOCKS: weakref.WeakKeyDictionary[sa.Engine, threading.RLock] = weakref.WeakKeyDictionary()

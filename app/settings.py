@@ -43,8 +43,11 @@ class Settings(BaseSettings):
     poll_delay_s: float = 0.5
     wake_on_enqueue: bool = True  # off: poll every `poll_delay_s` only (arq's own behaviour)
     sse_keepalive_s: float = 15.0
+    # Postgres connections per process: kept open, and opened on top under load (then closed).
+    db_pool_size: int = Field(default=10, ge=1, le=1000)
+    db_max_overflow: int = Field(default=20, ge=0, le=1000)
     # Requests the API works on at once in its threadpool (database and Redis calls). Keep it at
-    # most the database pool's size (10 + 20 overflow on Postgres).
+    # most the database pool's size (db_pool_size + db_max_overflow).
     api_threads: int = Field(default=16, ge=1, le=256)
     # Batches of arriving runs the API writes at once (app/intake.py). More than one lets one
     # batch's file and Redis work overlap the next one's database work.

@@ -234,7 +234,7 @@ def main(payload_path: str) -> int:
     if os.getppid() != payload["parent_pid"]:
         return 3
     settings = Settings(**payload["settings"])
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, settings.db_pool_size, settings.db_max_overflow)
     token = payload.get("lease_token")
     publisher = Publisher(
         engine, sync_redis(settings), settings, retry_s=settings.db_retry_s, fence=token,

@@ -80,3 +80,28 @@ def test_trm_db_upgrade_command_migrates(env: dict[str, str], settings: Settings
     assert proc.returncode == 0, proc.stderr
     assert f"revision {head_revision()}" in proc.stdout
     check_migrated(make_engine(settings.database_url))
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_the_postgres_pool_is_sized_by_the_settings(migrated: Settings) -> None:
+    """TRM_DB_POOL_SIZE / TRM_DB_MAX_OVERFLOW: with 2 + 1, a fourth connection at once waits
+    until one is given back."""
+    from app.db import get_engine
+
+    sized = migrated.model_copy(update={"db_pool_size": 2, "db_max_overflow": 1})
+    engine = get_engine(sized)
+    assert engine is not get_engine(migrated)  # each size has its own engine
+    held = [engine.connect() for _ in range(3)]
+    fourth: list[sa.Connection] = []
+    waiter = threading.Thread(target=lambda: fourth.append(engine.connect()))
+    waiter.start()
+    waiter.join(0.5)
+    try:
+        assert fourth == [] and engine.pool.size() == 2  # type: ignore[attr-defined]
+        held.pop().close()
+        waiter.join(5)
+        assert len(fourth) == 1
+    finally:
+        for conn in held + fourth:
+            conn.close()
+        engine.dispose()
