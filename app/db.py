@@ -55,7 +55,7 @@ def make_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> sa.Eng
 
 
 @lru_cache(maxsize=8)
-def engine_for(url: str, pool_size: int = 10, max_overflow: int = 20) -> sa.Engine:
+def engine_for(url: str, pool_size: int, max_overflow: int) -> sa.Engine:
     return make_engine(url, pool_size, max_overflow)
 
 

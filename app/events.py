@@ -148,14 +148,16 @@ class Publisher:
             return {}
 
     def fan_out(self, events: list[Event]) -> None:
-        by_run: dict[str, list[dict[str, Any]]] = {}
+        # Each event is encoded once: the same line goes to events.jsonl and to Redis.
+        by_run: dict[str, list[str]] = {}
         for ev in events:
-            by_run.setdefault(ev.run_id, []).append(event_dict(ev))
+            line = json.dumps(event_dict(ev), separators=(",", ":"))
+            by_run.setdefault(ev.run_id, []).append(line)
         messages: list[tuple[str, str]] = []
-        for run_id, items in by_run.items():
-            self._append_jsonl(run_id, items)
+        for run_id, lines in by_run.items():
+            self._append_jsonl(run_id, lines)
             channel = events_channel(self.settings, run_id)
-            messages += [(channel, json.dumps(item, separators=(",", ":"))) for item in items]
+            messages += [(channel, line) for line in lines]
         self._publish_redis(messages)
         for ev in events:
             if ev.type == "status" and ev.data.get("terminal"):
@@ -166,13 +168,12 @@ class Publisher:
                 except Exception as exc:  # a webhook never stands in the way of a status
                     log.warning("webhook for %s not started: %s", ev.run_id, exc)
 
-    def _append_jsonl(self, run_id: str, items: list[dict[str, Any]]) -> None:
+    def _append_jsonl(self, run_id: str, lines: list[str]) -> None:
         run_dir = self.settings.run_dir(run_id)
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
-            lines = "".join(json.dumps(item, separators=(",", ":")) + "\n" for item in items)
             with open(run_dir / "events.jsonl", "a", encoding="utf-8") as fh:
-                fh.write(lines)
+                fh.write("".join(line + "\n" for line in lines))
         except OSError as exc:  # the database copy is the record; the file is a convenience
             log.warning("could not append events.jsonl for %s: %s", run_id, exc)
 

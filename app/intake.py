@@ -28,7 +28,7 @@ from app.errors import ApiError
 from app.events import Publisher
 from app.models import Run
 from app.queue import enqueue_many
-from app.runs import Arrival, prepare_run, record_runs
+from app.runs import prepare_run, record_runs
 from app.settings import Settings
 
 log = logging.getLogger("trm.api")
@@ -123,15 +123,16 @@ class Intake:
     def _write(self, batch: list[Submission]) -> list[Outcome]:
         """In a thread: validate each, record the valid ones together, queue what was created."""
         outcomes: list[Outcome | None] = [None] * len(batch)
-        valid: list[tuple[int, Arrival]] = []
+        valid: list[tuple[int, Run]] = []
         for i, s in enumerate(batch):
             try:
-                arrival = prepare_run(self.settings, s.body, s.idempotency_key, s.parent_id)
-                valid.append((i, arrival))
+                valid.append(
+                    (i, prepare_run(self.settings, s.body, s.idempotency_key, s.parent_id))
+                )
             except Exception as exc:  # this submission's own error (422, 501, ...)
                 outcomes[i] = exc
         if valid:
-            recorded = record_runs(self.publisher, [arrival for _, arrival in valid])
+            recorded = record_runs(self.publisher, [run for _, run in valid])
             for (i, _), outcome in zip(valid, recorded, strict=True):
                 outcomes[i] = outcome
         created = [o[0] for o in outcomes if isinstance(o, tuple) and o[1]]

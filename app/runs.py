@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -91,19 +90,11 @@ def validate_spec(body: Any, settings: Settings) -> Any:
     return spec
 
 
-@dataclass
-class Arrival:
-    """A validated submission, not yet recorded: the run to insert and what decides a replay."""
-
-    run: Run
-    digest: str
-    key: str | None
-
-
 def prepare_run(
     settings: Settings, body: Any, idempotency_key: str | None, parent_id: str | None = None
-) -> Arrival:
-    """Validate a submission and build its run (nothing is written): a 422 names the field."""
+) -> Run:
+    """Validate a submission and build its run (nothing is written): a 422 names the field.
+    The run carries what decides a replay: its `idempotency_key` and `spec_hash`."""
     if idempotency_key is not None and not idempotency_key.strip():
         raise ApiError(
             422,
@@ -114,7 +105,7 @@ def prepare_run(
     spec = validate_spec(body, settings)
     resolved = spec.model_dump(mode="json")
     resolve_api_paths(resolved, settings.data_dir)
-    run = Run(
+    return Run(
         kind=spec.kind,
         queue=queue_for(spec),
         name=spec.name,
@@ -125,50 +116,49 @@ def prepare_run(
         dry_run=spec.dry_run,
         max_attempts=spec.max_attempts or settings.max_attempts,
     )
-    return Arrival(run, run.spec_hash, idempotency_key or None)
 
 
-def record_runs(
-    publisher: Publisher, arrivals: list[Arrival]
-) -> list[tuple[Run, bool] | Exception]:
-    """Record arrivals in one transaction (the API's group commit; the launcher passes one).
+def record_runs(publisher: Publisher, arrivals: list[Run]) -> list[tuple[Run, bool] | Exception]:
+    """Record new runs in one transaction (the API's group commit; the launcher passes one).
 
-    Per arrival, in order: (run, created), or its own error (the 409 of a key reused with
-    another body). Same key and same body give the same run, within the batch too. Errors that
-    are not one arrival's own (the database is down) are raised for the whole batch."""
-    results: list[tuple[Run, bool] | Exception | None] = [None] * len(arrivals)
-    keys = {a.key for a in arrivals if a.key}
+    Per run, in order: (run, created), or its own error (the 409 of a key reused with another
+    body). Same key and same body give the same run, within the batch too. Errors that are not
+    one run's own (the database is down) are raised for the whole batch."""
+    keys = {run.idempotency_key for run in arrivals if run.idempotency_key}
     known = _by_keys(publisher, keys) if keys else {}
-    fresh: list[Arrival] = []
-    for i, arrival in enumerate(arrivals):
-        earlier = known.get(arrival.key) if arrival.key else None
+    results: list[tuple[Run, bool] | Exception] = []
+    fresh: list[Run] = []
+    for run in arrivals:
+        earlier = known.get(run.idempotency_key) if run.idempotency_key else None
         if earlier is not None:
-            results[i] = _replay(earlier, arrival)
+            results.append(_replay(earlier, run))
             continue
-        fresh.append(arrival)
-        results[i] = (arrival.run, True)
-        if arrival.key:
-            known[arrival.key] = arrival.run
+        fresh.append(run)
+        results.append((run, True))
+        if run.idempotency_key:
+            known[run.idempotency_key] = run
     if not fresh:
-        return [r for r in results if r is not None]
+        return results
     try:
         with publisher.transaction() as tx:
-            tx.add_runs([(a.run, _first_event(a.run)) for a in fresh])
+            tx.add_runs([(run, _first_event(run)) for run in fresh])
     except sa.exc.IntegrityError:
         if len(arrivals) == 1:
             # Two requests with one key raced (another API process); the other one won.
-            existing = _by_keys(publisher, keys).get(arrivals[0].key or "") if keys else None
+            existing = (
+                _by_keys(publisher, keys).get(arrivals[0].idempotency_key or "") if keys else None
+            )
             if existing is None:
                 raise
             return [_replay(existing, arrivals[0])]
-        # Somebody else's key in the batch: sort it out one arrival at a time.
-        return [_record_alone(publisher, a) for a in arrivals]
-    return [r for r in results if r is not None]
+        # Somebody else's key in the batch: sort it out one run at a time.
+        return [_record_alone(publisher, run) for run in arrivals]
+    return results
 
 
-def _record_alone(publisher: Publisher, arrival: Arrival) -> tuple[Run, bool] | Exception:
+def _record_alone(publisher: Publisher, run: Run) -> tuple[Run, bool] | Exception:
     try:
-        return record_runs(publisher, [arrival])[0]
+        return record_runs(publisher, [run])[0]
     except sa.exc.IntegrityError as exc:  # its own conflict: the others are still recorded
         return exc
 
@@ -204,13 +194,13 @@ def _by_keys(publisher: Publisher, keys: set[str]) -> dict[str, Run]:
     return {run.idempotency_key: run for run in runs if run.idempotency_key}
 
 
-def _replay(existing: Run, arrival: Arrival) -> tuple[Run, bool] | ApiError:
-    if existing.spec_hash != arrival.digest:
+def _replay(existing: Run, arrival: Run) -> tuple[Run, bool] | ApiError:
+    if existing.spec_hash != arrival.spec_hash:
         return ApiError(
             409,
             "idempotency_conflict",
-            f"Idempotency-Key {arrival.key!r} was used for run {existing.id} with a different "
-            "body; use a new key for a new run",
+            f"Idempotency-Key {arrival.idempotency_key!r} was used for run {existing.id} with a "
+            "different body; use a new key for a new run",
             {"run_id": existing.id},
         )
     return existing, False

@@ -112,14 +112,14 @@ def test_a_clash_in_the_batch_fails_only_its_own_arrival(
     publisher: Publisher, migrated: Settings
 ) -> None:
     taken = prepare_run(migrated, DRY | {"name": "first"}, None)
-    assert record_runs(publisher, [taken]) == [(taken.run, True)]
+    assert record_runs(publisher, [taken]) == [(taken, True)]
     arrivals = [prepare_run(migrated, DRY | {"name": f"n{i}"}, None) for i in range(3)]
     clash = prepare_run(migrated, DRY | {"name": "clash"}, None)
-    clash.run.id = taken.run.id  # another writer already holds this id
+    clash.id = taken.id  # another writer already holds this id
     outcomes = record_runs(publisher, [arrivals[0], clash, *arrivals[1:]])
 
     assert isinstance(outcomes[1], sa.exc.IntegrityError)
-    assert [o for i, o in enumerate(outcomes) if i != 1] == [(a.run, True) for a in arrivals]
+    assert [o for i, o in enumerate(outcomes) if i != 1] == [(a, True) for a in arrivals]
     with Session(publisher.engine) as session:
         names = sorted(r.name or "" for r in session.exec(select(Run)).all())
     assert names == ["first", "n0", "n1", "n2"]
