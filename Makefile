@@ -14,12 +14,12 @@ up: setup
 	.venv/bin/trm up
 
 lint: setup
-	.venv/bin/ruff check app worker tests bench
-	.venv/bin/mypy app
+	.venv/bin/ruff check core app worker tests bench
+	.venv/bin/mypy core app worker
 
 format: setup
-	.venv/bin/ruff format app worker tests bench
-	.venv/bin/ruff check --fix app worker tests bench
+	.venv/bin/ruff format core app worker tests bench
+	.venv/bin/ruff check --fix core app worker tests bench
 
 bench: setup
 	.venv/bin/python bench/service.py

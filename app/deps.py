@@ -12,11 +12,11 @@ from arq.connections import ArqRedis
 from fastapi import Request
 from sqlmodel import Session
 
-from app.errors import ApiError
-from app.events import Publisher
 from app.intake import Intake
 from app.live import LiveHub
-from app.settings import Settings
+from core.errors import ApiError
+from core.events import Publisher
+from core.settings import Settings
 
 
 @dataclass

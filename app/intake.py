@@ -22,14 +22,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import redis
 
-from app.errors import ApiError
-from app.events import Publisher
-from app.models import Run
-from app.queue import enqueue_many
-from app.runs import prepare_run, record_runs
-from app.settings import Settings
+from core.errors import ApiError
+from core.events import Publisher
+from core.models import Run
+from core.runs import prepare_run, submit_runs
+from core.settings import Settings
 
 log = logging.getLogger("trm.api")
 Outcome = tuple[Run, bool] | BaseException
@@ -121,7 +119,7 @@ class Intake:
                     self._answer(submission, outcome)
 
     def _write(self, batch: list[Submission]) -> list[Outcome]:
-        """In a thread: validate each, record the valid ones together, queue what was created."""
+        """In a thread: validate each, then record and queue the valid ones together."""
         outcomes: list[Outcome | None] = [None] * len(batch)
         valid: list[tuple[int, Run]] = []
         for i, s in enumerate(batch):
@@ -129,19 +127,12 @@ class Intake:
                 valid.append(
                     (i, prepare_run(self.settings, s.body, s.idempotency_key, s.parent_id))
                 )
-            except Exception as exc:  # this submission's own error (422, 501, ...)
+            except Exception as exc:  # this submission's own error (a 422)
                 outcomes[i] = exc
         if valid:
-            recorded = record_runs(self.publisher, [run for _, run in valid])
+            recorded = submit_runs(self.publisher, self.settings, [run for _, run in valid])
             for (i, _), outcome in zip(valid, recorded, strict=True):
                 outcomes[i] = outcome
-        created = [o[0] for o in outcomes if isinstance(o, tuple) and o[1]]
-        if created and self.publisher.redis is not None:
-            jobs = [(run.id, run.attempt, run.queue) for run in created]
-            try:
-                enqueue_many(self.publisher.redis, self.settings, jobs)
-            except redis.RedisError as exc:  # the runs are recorded; the reconciler queues them
-                log.warning("enqueue of %d runs deferred: %s", len(jobs), exc)
         return [o for o in outcomes if o is not None]
 
     @staticmethod

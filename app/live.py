@@ -13,8 +13,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from app.redisconn import async_redis, events_pattern
-from app.settings import Settings
+from core.redisconn import async_redis, events_pattern
+from core.settings import Settings
 
 log = logging.getLogger("trm.live")
 RESYNC: dict[str, Any] = {"type": "__resync__"}

@@ -16,17 +16,18 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import __version__, errors
-from app.db import check_migrated, get_engine
+from app import __version__
 from app.deps import AppState, require_token
-from app.events import Publisher
 from app.intake import Intake
 from app.live import LiveHub
-from app.queue import create_arq_pool
-from app.redisconn import sync_redis
 from app.routes import artifacts, benches, dashboard, events, health, runs, uploads, workers
-from app.schemas.specs import RUN_SPEC
-from app.settings import Settings, get_settings
+from core import errors
+from core.db import check_migrated, get_engine
+from core.events import Publisher
+from core.queue import create_arq_pool
+from core.redisconn import sync_redis
+from core.schemas.specs import RUN_SPEC
+from core.settings import Settings, get_settings
 
 log = logging.getLogger("trm.api")
 

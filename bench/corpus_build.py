@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.schemas.corpus import CorpusSpec  # noqa: E402
+from core.schemas.corpus import CorpusSpec  # noqa: E402
 from worker.corpus import build_corpus  # noqa: E402
 
 TARGET_S = 30.0

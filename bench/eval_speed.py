@@ -59,10 +59,10 @@ QUICK_STATE = [
 
 def build_corpus(root: Path, quick: bool) -> Path:
     """`route` play logs, worlds 0-4 trained on, world 5 the anchors."""
-    from app.schemas.corpus import CorpusSpec
+    from core.benches.menu import load_entry
+    from core.schemas.corpus import CorpusSpec
     from worker.corpus import build_corpus as build
     from worker.envs import generate
-    from worker.evaluate.menu import load_entry
 
     episodes = 8 if quick else 16  # the anchor world's rows: about 20, or about 40
     generate(root / "play", families=["route"], worlds=6, episodes=episodes, seed=0,

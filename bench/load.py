@@ -21,7 +21,7 @@ redis://127.0.0.1:6379/11) under a fresh namespace, `trm serve` and `--workers` 
   generator holds at most `--connections` requests, however far the API falls behind.
 - Subscribers: raw SSE streams spread over `--watched` runs that sit queued on the gpu queue (no
   worker here serves it, so they never end and burn no CPU). The bench publishes `log` events to
-  them at `--events-rate` through `app.events.Publisher`, exactly as a worker does (stored, then
+  them at `--events-rate` through `core.events.Publisher`, exactly as a worker does (stored, then
   fanned out over Redis); every subscriber must receive every one of its run's events once.
   `lost` and `dup` count per subscriber, `SSE ms` is publish -> receipt.
 """
@@ -263,9 +263,9 @@ def publish(
     ph: Phase,
 ) -> None:
     """The watched runs' events during the window, through the one publisher the workers use."""
-    from app.db import make_engine
-    from app.events import Publisher
-    from app.redisconn import sync_redis
+    from core.db import make_engine
+    from core.events import Publisher
+    from core.redisconn import sync_redis
 
     engine = make_engine(settings.database_url)
     publisher = Publisher(engine, sync_redis(settings), settings)
@@ -368,14 +368,14 @@ class Stack:
             "TRM_DATA_DIR": str(self.tmp / "data"),
             "TRM_LOG_LEVEL": "WARNING",
         }
-        from app.settings import Settings
+        from core.settings import Settings
 
         self.settings = Settings(
             **{k[4:].lower(): v for k, v in self.env.items() if k != "TRM_LOG_LEVEL"}  # type: ignore[arg-type]
         )
 
     def start(self, ph: Phase) -> None:
-        from app.db import upgrade
+        from core.db import upgrade
 
         ph.step = "creating the database"
         if self.pg_name:
@@ -442,7 +442,7 @@ class Stack:
     def count_runs(self, ph: Phase) -> None:
         import sqlalchemy as sa
 
-        from app.db import make_engine
+        from core.db import make_engine
 
         engine = make_engine(self.settings.database_url)
         try:
@@ -571,7 +571,7 @@ def cpu_split(ph: Phase) -> str:
 
 
 def print_table(phases: list[Phase], args: argparse.Namespace) -> None:
-    from app.settings import get_settings
+    from core.settings import get_settings
 
     nice = get_settings().worker_nice  # what the workers take (TRM_WORKER_NICE)
     print(HEAD)

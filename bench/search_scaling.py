@@ -83,13 +83,13 @@ def run_search(workdir: Path, workers: int, spec: dict[str, Any], timeout: float
     """Start `workers` workers, run one search to its end, and report what it did."""
     from sqlmodel import Session
 
-    from app.db import make_engine, upgrade
-    from app.events import Publisher
-    from app.models import Run
-    from app.queue import create_arq_pool, enqueue
-    from app.redisconn import sync_redis
-    from app.runs import create_run
-    from app.settings import Settings
+    from core.db import make_engine, upgrade
+    from core.events import Publisher
+    from core.models import Run
+    from core.queue import create_arq_pool, enqueue
+    from core.redisconn import sync_redis
+    from core.runs import create_run
+    from core.settings import Settings
 
     base = workdir / f"w{workers}-{uuid.uuid4().hex[:6]}"
     base.mkdir(parents=True)

@@ -30,10 +30,10 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.db import make_engine, upgrade  # noqa: E402
-from app.events import Publisher  # noqa: E402
-from app.redisconn import sync_redis  # noqa: E402
-from app.settings import Settings  # noqa: E402
+from core.db import make_engine, upgrade  # noqa: E402
+from core.events import Publisher  # noqa: E402
+from core.redisconn import sync_redis  # noqa: E402
+from core.settings import Settings  # noqa: E402
 
 REDIS_URL = os.environ.get("TRM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
 

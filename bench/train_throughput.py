@@ -73,7 +73,7 @@ SHAPES: dict[str, dict[str, Any]] = {  # Qwen2.5 sizes from their published conf
 
 
 def build_corpus(root: Path) -> Path:
-    from app.schemas.corpus import CorpusSpec
+    from core.schemas.corpus import CorpusSpec
     from worker.corpus import build_corpus as build
     from worker.envs import generate
 

@@ -3,9 +3,9 @@
 from alembic import context
 from sqlmodel import SQLModel
 
-import app.models  # noqa: F401  (registers the tables on SQLModel.metadata)
-from app.db import make_engine
-from app.settings import get_settings
+import core.models  # noqa: F401  (registers the tables on SQLModel.metadata)
+from core.db import make_engine
+from core.settings import get_settings
 
 config = context.config
 url = config.get_main_option("sqlalchemy.url") or get_settings().database_url

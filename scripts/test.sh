@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-.venv/bin/ruff check app worker tests bench
-.venv/bin/ruff format --check app worker tests bench
-.venv/bin/mypy app worker
+.venv/bin/ruff check core app worker tests bench
+.venv/bin/ruff format --check core app worker tests bench
+.venv/bin/mypy core app worker
 .venv/bin/pytest "$@"

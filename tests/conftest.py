@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.db import upgrade
-from app.settings import Settings
+from core.db import upgrade
+from core.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("TRM_TEST_REDIS_URL", "redis://127.0.0.1:6379/11")

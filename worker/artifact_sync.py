@@ -27,7 +27,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
-from app.settings import Settings
+from core.settings import Settings
 from worker.manifests import CHUNK, sha256_file
 
 log = logging.getLogger("trm.worker")

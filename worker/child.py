@@ -23,11 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.card import Card
-from app.db import make_engine
-from app.events import Publisher
-from app.redisconn import sync_redis
-from app.settings import Settings
+from core.card import Card
+from core.db import make_engine
+from core.events import Publisher
+from core.redisconn import sync_redis
+from core.settings import Settings
 from worker.context import FENCED, LeaseMoved, StageContext, StageFailure
 from worker.manifests import write_json_atomic
 from worker.train.memory import CHILD_ENV
@@ -210,7 +210,7 @@ def _fence(ctx: StageContext, engine: object, token: int) -> None:
     import sqlalchemy as sa
     from sqlmodel import col
 
-    from app.models import Run
+    from core.models import Run
 
     while ctx.stop_reason is None:
         time.sleep(ctx.settings.heartbeat_s)

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.card import Card, measure_ram, write_snapshot
-from app.events import Publisher
-from app.settings import Settings
+from core.card import Card, measure_ram, write_snapshot
+from core.events import Publisher
+from core.settings import Settings
 
 CARD_EVERY_S = 0.25
 FENCED = "fenced"  # the stop reason of an attempt whose run has moved on to a later attempt

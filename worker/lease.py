@@ -11,8 +11,8 @@ import psutil
 import sqlalchemy as sa
 from sqlmodel import Session, col
 
-from app.models import Run, WorkerRecord, utcnow
-from app.settings import Settings
+from core.models import Run, WorkerRecord, utcnow
+from core.settings import Settings
 
 log = logging.getLogger("trm.worker")
 TICK_S = 0.2

@@ -13,12 +13,12 @@ from typing import Any
 
 from arq import Worker
 
-from app.db import check_migrated, get_engine, session_scope
-from app.events import Publisher
-from app.models import WorkerRecord, utcnow
-from app.queue import arq_redis_settings, create_arq_pool
-from app.redisconn import async_redis, sync_redis
-from app.settings import Settings, get_settings
+from core.db import check_migrated, get_engine, session_scope
+from core.events import Publisher
+from core.models import WorkerRecord, utcnow
+from core.queue import arq_redis_settings, create_arq_pool
+from core.redisconn import async_redis, sync_redis
+from core.settings import Settings, get_settings
 from worker.gpuinfo import detect_gpu
 from worker.reconciler import reconcile_once
 from worker.runner import Runner
@@ -104,7 +104,7 @@ def _beat(ctx: dict[str, Any]) -> None:
 
 
 class WakeableWorker(Worker):
-    """arq's Worker, woken by enqueues (`app/queue.py` publishes on the queue's wake channel)
+    """arq's Worker, woken by enqueues (`core/queue.py` publishes on the queue's wake channel)
     instead of polling Redis every few milliseconds: after each look at its queue it waits for a
     wake-up, one of its own jobs finishing (a slot is free) or `idle_poll_s`, whichever is first.
     An idle worker costs Redis two commands a second instead of hundreds, and a training run on

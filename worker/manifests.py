@@ -13,9 +13,9 @@ from typing import Any
 
 from sqlmodel import select
 
-from app.db import retrying
-from app.events import Publisher
-from app.models import Stage, utcnow
+from core.db import retrying
+from core.events import Publisher
+from core.models import Stage, utcnow
 
 CHUNK = 1 << 20
 

@@ -17,12 +17,12 @@ from datetime import timedelta
 from arq.connections import ArqRedis
 from sqlmodel import col, select
 
-from app.db import as_utc
-from app.events import Publisher
-from app.models import Run, WorkerRecord, utcnow
-from app.queue import enqueue
-from app.runstate import set_status
-from app.settings import Settings
+from core.db import as_utc
+from core.events import Publisher
+from core.models import Run, WorkerRecord, utcnow
+from core.queue import enqueue
+from core.runstate import set_status
+from core.settings import Settings
 
 log = logging.getLogger("trm.reconciler")
 BATCH = 500

@@ -16,12 +16,12 @@ from typing import Any
 
 from sqlmodel import col, select
 
-from app.card import Card, measure_ram, write_snapshot
-from app.db import retrying
-from app.events import Publisher
-from app.models import Run, Stage, utcnow
-from app.runstate import set_status
-from app.settings import Settings
+from core.card import Card, measure_ram, write_snapshot
+from core.db import retrying
+from core.events import Publisher
+from core.models import Run, Stage, utcnow
+from core.runstate import set_status
+from core.settings import Settings
 from worker.artifact_sync import sync_stage
 from worker.child import ChildStage, load_ref, run_stage
 from worker.context import FENCED, StageContext, StageFailure

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.schemas.corpus import CorpusSpec
+from core.schemas.corpus import CorpusSpec
 
 EXIT_BAD_INPUT = 2
 
@@ -68,7 +68,7 @@ def load_spec(path: Path) -> CorpusSpec:
     prefix: tuple[Any, ...] = ()
     if isinstance(data, dict) and data.get("kind") == "train" and "corpus" in data:
         data, prefix = data["corpus"], ("corpus",)
-    from worker.corpus.upstream import looks_like_skill_corpus_spec
+    from core.translate.corpus import looks_like_skill_corpus_spec
 
     if looks_like_skill_corpus_spec(data):
         raise SpecFileError(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from app.db import current_revision, get_engine, head_revision, upgrade
-from app.settings import get_settings
+from core.db import current_revision, get_engine, head_revision, upgrade
+from core.settings import get_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -115,7 +115,7 @@ def bench_data(args: argparse.Namespace) -> int:
 
     data_dir = args.data_dir
     if data_dir is None:
-        from app.settings import get_settings
+        from core.settings import get_settings
 
         data_dir = get_settings().data_dir
     try:

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.card import Card, render_text
 from app.client import ApiCallError, Client
-from app.paths import resolve_spec_file_path, spec_path_fields
+from core.card import Card, render_text
+from core.paths import resolve_spec_file_path, spec_path_fields
 
 TERMINAL = ("completed", "failed", "cancelled")
 

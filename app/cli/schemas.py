@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from app.schemas.specs import RUN_SPEC, SPEC_MODELS
+from core.schemas.specs import RUN_SPEC, SPEC_MODELS
 
 
 def register(sub: argparse._SubParsersAction) -> None:

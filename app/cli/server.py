@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from app.db import NotMigratedError, check_migrated, get_engine, upgrade
-from app.settings import get_settings
+from core.db import NotMigratedError, check_migrated, get_engine, upgrade
+from core.settings import get_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:

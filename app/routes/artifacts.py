@@ -9,10 +9,10 @@ from fastapi.responses import FileResponse
 from sqlmodel import Session
 
 from app.deps import AppState, session, state
-from app.errors import ApiError
-from app.paths import safe_artifact, under
-from app.runs import get_run
-from app.schemas.runs import Artifact, ArtifactList
+from core.errors import ApiError
+from core.paths import safe_artifact, under
+from core.runs import get_run
+from core.schemas.runs import Artifact, ArtifactList
 
 router = APIRouter(tags=["artifacts"])
 HIDDEN_PREFIX = "."

@@ -15,11 +15,11 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
 
 from app.deps import AppState, state
-from app.errors import ApiError
 from app.routes.runs import accept_run, accepted, parse_json
-from app.schemas.runs import ErrorOut
-from worker.evaluate.menu import bench_names, menu  # light: json only
-from worker.evaluate.resolve import ResolveError, resolve_bench
+from core.benches.menu import bench_names, menu  # light: json only
+from core.benches.resolve import ResolveError, resolve_bench
+from core.errors import ApiError
+from core.schemas.runs import ErrorOut
 
 log = logging.getLogger("trm.api")
 router = APIRouter(

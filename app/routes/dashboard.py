@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import FileResponse
 
 from app.deps import require_token
-from app.errors import ApiError
+from core.errors import ApiError
 
 router = APIRouter(tags=["dashboard"])
 

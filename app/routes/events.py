@@ -1,7 +1,7 @@
 """/runs/{id}/events (SSE) and /runs/{id}/card (SPEC §9).
 
 The stream replays from the database after `Last-Event-ID` (or `?after=`), then follows the live
-channel. Per run, event ids and `seq` both grow in commit order (app/events.py), so a follower
+channel. Per run, event ids and `seq` both grow in commit order (core/events.py), so a follower
 drops what it has seen and reads the database again whenever `seq` jumps: no gap, no duplicate.
 """
 
@@ -15,13 +15,13 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlmodel import Session, col, select
 
-from app.card import Card, render_text
 from app.deps import AppState, session, state
-from app.errors import ApiError
-from app.events import events_after
 from app.live import FRAME, PING, RESYNC, TICK, sse_frame
-from app.models import TERMINAL_STATUSES, Event, Run
-from app.runs import get_run
+from core.card import Card, render_text
+from core.errors import ApiError
+from core.events import events_after
+from core.models import TERMINAL_STATUSES, Event, Run
+from core.runs import get_run
 
 router = APIRouter(tags=["events"])
 

@@ -12,10 +12,10 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse
 from sqlmodel import Session, col, func, select
 
-from app.db import check_migrated
 from app.deps import AppState, require_token, state
-from app.models import RUN_STATUSES, Run, WorkerRecord, utcnow
-from app.queue import QUEUES
+from core.db import check_migrated
+from core.models import RUN_STATUSES, Run, WorkerRecord, utcnow
+from core.queue import QUEUES
 
 router = APIRouter(tags=["health"])
 

@@ -11,11 +11,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from sqlmodel import Session
 
-from app import runs as run_ops
 from app.deps import AppState, session, state
-from app.errors import ApiError
-from app.models import Run
-from app.schemas.runs import ErrorOut, LedgerOut, RunList, RunOut
+from core import runs as run_ops
+from core.errors import ApiError
+from core.models import Run
+from core.schemas.runs import ErrorOut, LedgerOut, RunList, RunOut
 
 log = logging.getLogger("trm.api")
 router = APIRouter(
@@ -78,7 +78,7 @@ async def submit_run(
     """Queue a run. Same `Idempotency-Key` and body: the same run; another body: 409."""
     body = parse_json(await request.body())
     if format == "skill":
-        from worker.upstream import error_details, translate_skill_spec
+        from core.translate import error_details, translate_skill_spec
 
         body, warnings, problems = await run_in_threadpool(
             translate_skill_spec, body, app.settings.data_dir

@@ -3,7 +3,7 @@ so `GET /runs/{id}/artifacts` works whichever host trained (worker/artifact_sync
 
 The body is streamed to a temporary file next to the target, checked against the
 `X-Content-SHA256` header, and renamed into place: a reader never sees half a file, and a file
-whose bytes do not match is never kept. Paths cannot leave the run directory (app.paths).
+whose bytes do not match is never kept. Paths cannot leave the run directory (core.paths).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from pydantic import BaseModel
 from sqlmodel import Session
 
 from app.deps import AppState, session, state
-from app.errors import ApiError
-from app.paths import safe_artifact
-from app.runs import get_run
+from core.errors import ApiError
+from core.paths import safe_artifact
+from core.runs import get_run
 
 router = APIRouter(tags=["artifacts"])
 SHA256_HEADER = "X-Content-SHA256"

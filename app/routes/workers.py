@@ -9,9 +9,9 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 from sqlmodel import Session, col, select
 
-from app.db import as_utc
 from app.deps import AppState, session, state
-from app.models import Run, WorkerRecord, utcnow
+from core.db import as_utc
+from core.models import Run, WorkerRecord, utcnow
 
 router = APIRouter(tags=["workers"])
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from app.schemas.corpus import CorpusSpec
+from core.schemas.corpus import CorpusSpec
 
 
 def write_jsonl(path: Path, rows: list[Any]) -> Path:

@@ -10,7 +10,7 @@ import pytest
 
 from app.cli import corpus as corpus_cli
 from app.cli import importspec as importspec_cli
-from app.schemas.corpus import CorpusSpec
+from core.schemas.corpus import CorpusSpec
 from tests.corpus.corpus_logs import play_root, write_jsonl
 
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from sqlmodel import Session, col, select
 
-from app.db import make_engine
-from app.models import Event, LedgerEntry, Run, utcnow
-from app.settings import Settings
+from core.db import make_engine
+from core.models import Event, LedgerEntry, Run, utcnow
+from core.settings import Settings
 from tests.conftest import Service, TcpProxy
 from tests.dashboard.conftest import screenshot
 

@@ -1,9 +1,4 @@
-"""Deployment tests: webhooks, the worker registry, artifact upload between hosts, compose.
-
-Some tests need the lead's wiring of these pieces into the service core (settings fields, the
-routers in app/main.py, the runner's sync call, the events hook); until it lands they skip and
-say which piece is missing.
-"""
+"""Deployment tests: webhooks, the worker registry, artifact upload between hosts, compose."""
 
 from __future__ import annotations
 
@@ -17,20 +12,7 @@ from typing import Any
 
 import pytest
 
-from app.settings import Settings
-
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def wired(*needles: tuple[str, str]) -> str | None:
-    """None when every (file, text) pair is present, else what is missing."""
-    for rel, text in needles:
-        if rel == "settings":
-            if text not in Settings.model_fields:
-                return f"Settings.{text} is not defined yet"
-        elif text not in (ROOT / rel).read_text():
-            return f"{rel} does not use {text} yet"
-    return None
 
 
 @dataclass

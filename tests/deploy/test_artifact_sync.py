@@ -14,10 +14,9 @@ import pytest
 import uvicorn
 
 from app.main import create_app
-from app.runs import create_run
-from app.settings import Settings
+from core.runs import create_run
+from core.settings import Settings
 from tests.conftest import Service, free_port, wait_for
-from tests.deploy.conftest import wired
 from worker.artifact_sync import STATE_FILE, sync_stage
 
 SHA = "X-Content-SHA256"
@@ -54,8 +53,8 @@ def _up(url: str) -> bool:
 
 
 def _run_id(settings: Settings) -> str:
-    from app.db import get_engine
-    from app.events import Publisher
+    from core.db import get_engine
+    from core.events import Publisher
 
     publisher = Publisher(get_engine(settings), None, settings)
     run, _ = create_run(publisher, settings, {"kind": "selftest", "steps": 1}, None)
@@ -152,13 +151,6 @@ def test_sync_is_off_without_an_upload_url(migrated: Settings, tmp_path: Path) -
 def test_two_workers_with_their_own_runs_dirs_both_serve_artifacts_from_the_api(
     env: dict[str, str], service: Service, tmp_path: Path
 ) -> None:
-    missing = wired(
-        ("settings", "artifact_upload_url"),
-        ("app/main.py", "uploads"),
-        ("worker/runner.py", "sync_stage"),
-    )
-    if missing:
-        pytest.skip(f"lead wiring pending: {missing}")
     dirs = {}
     for queue in ("gpu", "cpu"):
         dirs[queue] = tmp_path / f"host-{queue}" / "runs"

@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 
 from app.cli import importspec as importspec_cli
-from app.schemas.specs import RUN_SPEC
+from core.schemas.specs import RUN_SPEC
+from core.translate import error_details, translate_skill_spec
 from tests.conftest import Service
-from tests.deploy.conftest import wired
-from worker.upstream import error_details, translate_skill_spec
 
 
 def run(*argv: str) -> int:
@@ -189,9 +188,6 @@ def test_dispatch_covers_every_detector(tmp_path: Path) -> None:
 def test_post_runs_format_skill_translates_or_names_each_bad_path(
     service: Service, env: dict[str, str]
 ) -> None:
-    missing = wired(("app/routes/runs.py", "translate_skill_spec"))
-    if missing:
-        pytest.skip(f"lead wiring pending: {missing}")
     _router_rows(Path(env["TRM_DATA_DIR"]) / "router.jsonl")
     spec = dict(TRAINING, router_dataset="router.jsonl", dry_run=True)
     ok = service.http.post(

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from sqlmodel import Session, col, select
 
-from app.db import get_engine
-from app.events import Publisher
-from app.models import Event
-from app.notify import (
+from core.db import get_engine
+from core.events import Publisher
+from core.models import Event
+from core.notify import (
     SIGNATURE_HEADER,
     NotifyConfig,
     deliver,
@@ -20,10 +20,10 @@ from app.notify import (
     url_refusal,
     verify,
 )
-from app.runs import create_run
-from app.settings import Settings
+from core.runs import create_run
+from core.settings import Settings
 from tests.conftest import Service, wait_for
-from tests.deploy.conftest import Receiver, wired
+from tests.deploy.conftest import Receiver
 
 SECRET = "s3cret-for-tests"
 
@@ -135,9 +135,6 @@ def test_terminal_status_is_posted_in_the_background_with_the_run_fields(
 def test_a_finished_run_posts_a_signed_webhook_end_to_end(
     env: dict[str, str], migrated: Settings, tmp_path: Path, receiver: Receiver
 ) -> None:
-    missing = wired(("settings", "notify_secret"), ("app/events.py", "on_terminal"))
-    if missing:
-        pytest.skip(f"lead wiring pending: {missing}")
     (tmp_path / "logs").mkdir()
     service = Service(
         {**env, "TRM_NOTIFY_SECRET": SECRET, "TRM_NOTIFY_BACKOFF_S": "0.2"}, tmp_path / "logs"

@@ -7,18 +7,14 @@ from datetime import timedelta
 import pytest
 from sqlmodel import Session
 
-from app.db import get_engine
-from app.models import WorkerRecord, utcnow
-from app.settings import Settings
+from core.db import get_engine
+from core.models import WorkerRecord, utcnow
+from core.settings import Settings
 from tests.conftest import Service, wait_for
-from tests.deploy.conftest import wired
 
 
 @pytest.fixture
 def registry(service: Service) -> Service:
-    missing = wired(("app/main.py", "workers"))
-    if missing:
-        pytest.skip(f"lead wiring pending: {missing}")
     return service
 
 

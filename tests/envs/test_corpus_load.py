@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.schemas.corpus import CorpusSpec
+from core.schemas.corpus import CorpusSpec
 from worker.corpus import build_corpus
 from worker.envs import generate
 

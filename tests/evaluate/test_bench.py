@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from app.card import Card
-from app.settings import Settings
+from core.card import Card
+from core.settings import Settings
 from worker.context import StageContext, StageFailure
 from worker.evaluate import bench
 

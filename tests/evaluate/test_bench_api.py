@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from app.settings import Settings
+from core.settings import Settings
 from tests.conftest import Service
 
 SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 import torch
 
-from app.schemas.corpus import CorpusSpec
+from core.benches.menu import load_entry
+from core.schemas.corpus import CorpusSpec
 from worker.corpus import build_corpus
 from worker.envs import generate
 from worker.evaluate.lm_scoring import LmPolicy
-from worker.evaluate.menu import load_entry
 from worker.evaluate.policies import argmax, load_policy
 from worker.evaluate.samples import read_jsonl
 from worker.train import qlora

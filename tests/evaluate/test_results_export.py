@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from app.settings import Settings
+from core.benches.menu import load_entry
+from core.settings import Settings
 from tests.conftest import Service
 from tests.evaluate.results_export import EXPECTED, write_export
-from worker.evaluate.menu import load_entry
 
 SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 BENCHES = ("primehub-envs", "primehub-baseline")

@@ -8,9 +8,9 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
-from app.db import make_engine
-from app.models import Event, Run
-from app.settings import Settings
+from core.db import make_engine
+from core.models import Event, Run
+from core.settings import Settings
 
 
 def loop_spec(steps: int, step_seconds: float, **extra: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import time
 
 import httpx
 
-from app.settings import Settings
+from core.settings import Settings
 from tests.conftest import Service, wait_for
 from tests.fault.helpers import loop_spec, stored_events
 

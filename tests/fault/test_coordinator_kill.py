@@ -9,14 +9,12 @@ from collections import Counter
 
 import pytest
 
-from app.settings import Settings
+from core.settings import Settings
 from tests.conftest import Service, wait_for
-from worker.kinds import missing_stages
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.skipif(bool(missing_stages("hillclimb", False)), reason="hill-climb not built")
 @pytest.mark.timeout(900)  # its own waits: 240 s to the kill, 400 s to the end
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_killed_coordinator_resumes_without_duplicates(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.settings import Settings
+from core.settings import Settings
 from tests.conftest import Service, wait_for
 from tests.fault.conftest import Tmpfs
 from tests.fault.helpers import loop_spec

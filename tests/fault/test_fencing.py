@@ -10,13 +10,13 @@ import time
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from app.card import Card
-from app.db import make_engine
-from app.events import Publisher
-from app.models import Event, Run
-from app.redisconn import sync_redis
-from app.runs import create_run
-from app.settings import Settings
+from core.card import Card
+from core.db import make_engine
+from core.events import Publisher
+from core.models import Event, Run
+from core.redisconn import sync_redis
+from core.runs import create_run
+from core.settings import Settings
 from tests.conftest import wait_for
 from worker.child import EXIT_FENCED, OUTCOME, ChildStage
 from worker.context import FENCED, StageContext

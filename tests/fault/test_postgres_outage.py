@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from app.settings import Settings
+from core.settings import Settings
 from tests.conftest import Service, wait_for
 from tests.fault.conftest import TcpProxy
 from tests.fault.helpers import loop_spec, no_temp_files, read_json

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.settings import Settings
+from core.settings import Settings
 from tests.conftest import Service, wait_for
 from tests.fault.conftest import RedisServer
 from tests.fault.helpers import loop_spec

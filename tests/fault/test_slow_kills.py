@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.settings import Settings
+from core.settings import Settings
 from tests.conftest import Service, wait_for
 from tests.fault.helpers import read_json, stored_events
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from app.settings import Settings
+from core.settings import Settings
 from tests.conftest import Service
 from tests.fault.helpers import loop_spec, read_json
 

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from app.settings import Settings
+from core.settings import Settings
 from tests.conftest import Service, wait_for
 from tests.fault.helpers import (
     lease_token,

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from app.db import make_engine, upgrade
-from app.events import Publisher
-from app.models import Run
-from app.schemas.hillclimb import HillclimbSpec
-from app.settings import Settings
+from core.db import make_engine, upgrade
+from core.events import Publisher
+from core.models import Run
+from core.schemas.hillclimb import HillclimbSpec
+from core.settings import Settings
 from worker.hillclimb.launch import Outcome
 from worker.hillclimb.ledger import Ledger
 from worker.hillclimb.search import SearchRun

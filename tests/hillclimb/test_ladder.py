@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from app.schemas.corpus import CorpusSpec
-from app.schemas.hillclimb import HillclimbSpec
+from core.schemas.corpus import CorpusSpec
+from core.schemas.hillclimb import HillclimbSpec
 from tests.hillclimb.conftest import base_train, search_spec
 from worker.corpus import build_corpus
 from worker.envs import generate

@@ -6,10 +6,10 @@ import json
 
 from sqlmodel import select
 
-from app.db import make_engine
-from app.events import Publisher
-from app.models import Event, Run
-from app.settings import Settings
+from core.db import make_engine
+from core.events import Publisher
+from core.models import Event, Run
+from core.settings import Settings
 from worker.hillclimb.ledger import Ledger
 
 

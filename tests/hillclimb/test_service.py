@@ -13,14 +13,11 @@ from typing import Any
 
 import pytest
 
-from app.settings import Settings
+from core.settings import Settings
 from tests.conftest import Service, wait_for
 from worker.envs import generate
-from worker.kinds import missing_stages
 
-WIRED = not missing_stages("hillclimb", False) and not missing_stages("train", False)
 pytestmark = [
-    pytest.mark.skipif(not WIRED, reason="hillclimb or train evaluate stages not registered yet"),
     pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
 ]
 

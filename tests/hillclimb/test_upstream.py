@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from app.cli import importspec as importspec_cli
-from app.schemas.hillclimb import HillclimbSpec
+from core.schemas.hillclimb import HillclimbSpec
 from worker.envs import generate
 
 

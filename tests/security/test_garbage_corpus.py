@@ -22,7 +22,7 @@ MIB = 1 << 20
 BUILD = """
 import contextlib, gc, json, re, sys
 from pathlib import Path
-from app.schemas.corpus import CorpusSpec
+from core.schemas.corpus import CorpusSpec
 from worker.corpus import build_corpus
 def kb(key):
     return int(re.search(key + r":\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1))

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.settings import Settings
+from core.settings import Settings
 from tests.conftest import Service
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

@@ -12,9 +12,9 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from app.db import upgrade
 from app.main import create_app
-from app.settings import Settings
+from core.db import upgrade
+from core.settings import Settings
 from tests.conftest import REDIS_URL, Service
 
 EXAMPLES_PER_OPERATION = 120

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from sqlmodel import Session, select
 
-from app.db import make_engine
-from app.models import Event, Run, Stage
-from app.settings import Settings
+from core.db import make_engine
+from core.models import Event, Run, Stage
+from core.settings import Settings
 from tests.conftest import Service, run_async
 
 TOKEN = "tok-3f9a1c7e55d2"

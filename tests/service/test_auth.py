@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.settings import Settings
+from core.settings import Settings
 from tests.conftest import Service
 
 

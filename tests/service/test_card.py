@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from app.card import WIDTH, Card, measure_ram, progress_bar, render_text, snapshot, write_snapshot
+from core.card import WIDTH, Card, measure_ram, progress_bar, render_text, snapshot, write_snapshot
 
 SKILL_KEYS = {
     "run_id",

@@ -7,10 +7,10 @@ import threading
 
 from sqlmodel import Session, col, select
 
-from app.db import make_engine
-from app.events import Publisher
-from app.models import Event, Run
-from app.settings import Settings
+from core.db import make_engine
+from core.events import Publisher
+from core.models import Event, Run
+from core.settings import Settings
 
 
 def test_concurrent_publishers_keep_seq_contiguous_and_ordered(migrated: Settings) -> None:

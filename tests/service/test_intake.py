@@ -13,14 +13,14 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from app.db import make_engine
-from app.errors import ApiError
-from app.events import Publisher
 from app.intake import Intake
-from app.models import Event, Run
-from app.redisconn import sync_redis
-from app.runs import prepare_run, record_runs
-from app.settings import Settings
+from core.db import make_engine
+from core.errors import ApiError
+from core.events import Publisher
+from core.models import Event, Run
+from core.redisconn import sync_redis
+from core.runs import prepare_run, record_runs
+from core.settings import Settings
 from tests.conftest import run_async
 
 DRY = {"kind": "selftest", "dry_run": True}

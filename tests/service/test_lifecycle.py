@@ -13,7 +13,7 @@ from pathlib import Path
 
 import redis
 
-from app.settings import Settings
+from core.settings import Settings
 from tests.conftest import REDIS_URL, Service, wait_for
 
 

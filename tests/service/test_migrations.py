@@ -11,10 +11,10 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-from app.db import NotMigratedError, check_migrated, current_revision, head_revision, make_engine
-from app.db import upgrade as db_upgrade
 from app.main import create_app
-from app.settings import Settings
+from core.db import NotMigratedError, check_migrated, current_revision, head_revision, make_engine
+from core.db import upgrade as db_upgrade
+from core.settings import Settings
 from tests.conftest import ROOT
 
 
@@ -86,7 +86,7 @@ def test_trm_db_upgrade_command_migrates(env: dict[str, str], settings: Settings
 def test_the_postgres_pool_is_sized_by_the_settings(migrated: Settings) -> None:
     """TRM_DB_POOL_SIZE / TRM_DB_MAX_OVERFLOW: with 2 + 1, a fourth connection at once waits
     until one is given back."""
-    from app.db import get_engine
+    from core.db import get_engine
 
     sized = migrated.model_copy(update={"db_pool_size": 2, "db_max_overflow": 1})
     engine = get_engine(sized)

@@ -10,9 +10,9 @@ import httpx
 from sqlmodel import Session, col, select
 
 from app.client import iter_sse
-from app.db import make_engine
-from app.models import Event
-from app.settings import Settings
+from core.db import make_engine
+from core.models import Event
+from core.settings import Settings
 from tests.conftest import Service, wait_for
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch
 
-from app.card import Card
-from app.settings import Settings
+from core.card import Card
+from core.settings import Settings
 from tests.train.qlora_fixtures import TINY_LLAMA, model_cache, qlora_corpus  # noqa: F401
 from worker.context import StageContext, StageFailure
 from worker.train import trm

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.schemas.corpus import CorpusSpec
+from core.schemas.corpus import CorpusSpec
 from worker.corpus import export, knobs, split
 from worker.corpus.messages import chat_row
 from worker.corpus.rows import Row, Tally

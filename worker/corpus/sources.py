@@ -48,7 +48,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from app.schemas.corpus import CorpusSpec, JsonlSource, RouterJsonlSource, Source, TrmPlayRootSource
+from core.schemas.corpus import (
+    CorpusSpec,
+    JsonlSource,
+    RouterJsonlSource,
+    Source,
+    TrmPlayRootSource,
+)
 from worker.corpus.errors import CorpusInputError
 from worker.corpus.rows import Invalid, Row, Tally, classify, family_of
 

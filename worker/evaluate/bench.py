@@ -17,11 +17,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from app.schemas.corpus import CorpusSpec
+from core.benches.resolve import ResolveError, resolve_bench
+from core.schemas.corpus import CorpusSpec
 from worker.context import StageContext, StageFailure
 from worker.evaluate import scorecard as sc
 from worker.evaluate.policies import load_policy
-from worker.evaluate.resolve import ResolveError, resolve_bench
 from worker.evaluate.samples import read_jsonl, run_sample_cache, write_samples
 from worker.evaluate.stage import (
     SAMPLES,

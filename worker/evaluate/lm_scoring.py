@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from app.settings import get_settings
+from core.settings import get_settings
 from worker.corpus.messages import SYSTEM_PROMPTS, user_prompt
 from worker.evaluate.policies import Policy, files_hash
 

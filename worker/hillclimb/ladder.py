@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Any
 
-from app.schemas.hillclimb import RUNG_NAMES, HillclimbSpec, Rung
+from core.schemas.hillclimb import RUNG_NAMES, HillclimbSpec, Rung
 
 # Rung 0 trains and validates within the same envs; each rung above widens what is held out or
 # strips more of the state, ending at whole envs held out with minimal state.

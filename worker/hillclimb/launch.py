@@ -8,7 +8,6 @@ Tests of the search logic use their own launcher that scores knob sets with a pu
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -16,15 +15,15 @@ from typing import Any, Protocol
 
 from sqlmodel import Session, col, select
 
-from app.db import as_utc
-from app.errors import ApiError
-from app.events import Publisher
-from app.models import TERMINAL_STATUSES, Run
-from app.settings import Settings
+from core.db import as_utc
+from core.errors import ApiError
+from core.events import Publisher
+from core.models import TERMINAL_STATUSES, Run
+from core.runs import cancel_run, submit_run
+from core.settings import Settings
 from worker.context import StageFailure
 from worker.hillclimb.decide import SCORES
 
-log = logging.getLogger("trm.hillclimb")
 SCORECARD = "scorecard.json"
 CORPUS_MANIFEST = Path("corpus") / "manifest.json"
 
@@ -89,23 +88,11 @@ class ServiceLauncher:
             self.lease_token = run.lease_token if run else None
 
     def launch(self, candidate_id: str, body: dict[str, Any]) -> str:
-        from app.runs import create_run
-
         key = f"{self.search_id}:{candidate_id}"
         try:
-            run, _ = create_run(self.publisher, self.settings, body, key, parent_id=self.search_id)
+            run, _ = submit_run(self.publisher, self.settings, body, key, parent_id=self.search_id)
         except ApiError as exc:
-            klass = "dependency" if exc.status == 501 else "bad_input"
-            raise StageFailure(klass, f"candidate {candidate_id}: {exc.message}") from None
-        if run.status == "queued":
-            from app.queue import enqueue_now
-            from app.redisconn import sync_redis
-
-            try:
-                redis = sync_redis(self.settings)
-                enqueue_now(redis, self.settings, run.id, run.attempt, run.queue)
-            except Exception as exc:  # Redis down: the reconciler enqueues it once it is back
-                log.warning("could not enqueue candidate run %s: %s", run.id, exc)
+            raise StageFailure("bad_input", f"candidate {candidate_id}: {exc.message}") from None
         return run.id
 
     def poll(self, run_ids: list[str]) -> dict[str, Outcome]:
@@ -133,8 +120,6 @@ class ServiceLauncher:
         return ended
 
     def cancel(self, run_ids: list[str]) -> None:
-        from app.runs import cancel_run
-
         for run_id in run_ids:
             try:
                 cancel_run(self.publisher, run_id)

@@ -17,9 +17,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from app.db import as_utc
-from app.events import Publisher
-from app.models import LedgerEntry
+from core.db import as_utc
+from core.events import Publisher
+from core.models import LedgerEntry
 
 LEDGER_FILE = "hillclimb_ledger.jsonl"
 FIELDS = (

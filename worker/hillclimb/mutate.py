@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from app.schemas.hillclimb import HillclimbSpec
+from core.schemas.hillclimb import HillclimbSpec
 from worker.hillclimb.ladder import TRAINER_PREFIX, knobs_key
 
 TWO_KNOB_SHARE = 0.3  # how often a candidate turns two knobs instead of one

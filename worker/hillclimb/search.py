@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.schemas.hillclimb import HillclimbSpec
+from core.schemas.hillclimb import HillclimbSpec
 from worker.hillclimb import decide
 from worker.hillclimb.decide import SEARCH_ROW, Candidate, Rules, SearchState
 from worker.hillclimb.ladder import (

@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.errors import ApiError
-from app.schemas.hillclimb import HillclimbSpec
+from core.errors import ApiError
+from core.schemas.hillclimb import HillclimbSpec
 from worker.context import FENCED, StageContext, StageFailure
 from worker.hillclimb import decide
 from worker.hillclimb.decide import SearchState
@@ -79,7 +79,7 @@ def _plan(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
 def plan(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     """Validate the search, check that its root candidate is a run this server takes, write
     plan.json."""
-    from app.runs import validate_spec
+    from core.runs import validate_spec
 
     planned = _plan(ctx, spec)
     try:

@@ -13,7 +13,7 @@ from worker.manifests import write_json_atomic
 def _plan_corpus(ctx: StageContext, spec: dict[str, Any]) -> str:
     """Read and validate every source as the real build would, without writing the corpus;
     the manifest it would write goes to `corpus.plan.json`."""
-    from app.schemas.corpus import CorpusSpec
+    from core.schemas.corpus import CorpusSpec
     from worker.corpus import CorpusInputError, build_corpus
 
     try:

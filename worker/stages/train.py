@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from app.schemas.corpus import CorpusSpec
+from core.schemas.corpus import CorpusSpec
 from worker.context import StageContext, StageFailure
 from worker.corpus import CorpusInputError, build_corpus
 from worker.manifests import write_json_atomic

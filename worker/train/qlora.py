@@ -38,7 +38,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from app.schemas.specs import QloraTrainerConfig
+from core.schemas.train import QloraTrainerConfig
 from worker.context import StageFailure
 from worker.manifests import sha256_file
 from worker.train import checkpoints

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.schemas.specs import QloraTrainerConfig, TrmTrainerConfig
+from core.schemas.train import QloraTrainerConfig, TrmTrainerConfig
 from worker.context import StageContext, StageFailure
 from worker.train.callbacks import StageCallbacks
 

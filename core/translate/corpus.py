@@ -14,9 +14,10 @@ Relative paths resolve against the file's folder and come out absolute; a path t
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
+
+from core.translate.common import Translation, existing_path
 
 _SOURCE_KEYS = {
     "trm_play_root": {"type", "name", "path", "pick_base", "run"},
@@ -28,10 +29,7 @@ _SOURCE_KEYS = {
 }  # fmt: skip
 _SPLIT_LEVELS = ("env", "run", "episode", "row")
 _CARRIED = ("dedupe", "min_exact_positives", "contract")
-_WINDOWS_PATH = re.compile(r"^(?:[A-Za-z]:[\\/]|/mnt/[a-z]/|\\\\)")
 _SKILL_ONLY_KEYS = {"train_ratio", "shuffle_seed", "output_dir"}
-
-Translation = tuple[dict[str, Any], list[str], list[str]]
 
 
 def looks_like_skill_corpus_spec(data: Any) -> bool:
@@ -46,21 +44,10 @@ def looks_like_skill_corpus_spec(data: Any) -> bool:
 
 
 def _resolve(raw: Any, base_dir: Path, where: str, errors: list[str]) -> str | None:
-    if not isinstance(raw, str) or not raw:
-        errors.append(f"{where}: missing (a path is required)")
-        return None
-    path = Path(raw)
-    if not path.is_absolute() and not _WINDOWS_PATH.match(raw):
-        path = base_dir / path
-    if not path.exists():
-        hint = (
-            " (a Windows default of the original skill: point it at your copy of the data)"
-            if _WINDOWS_PATH.match(raw)
-            else ""
-        )
-        errors.append(f"{where}: {raw} does not exist{hint}")
-        return None
-    return str(path.resolve())
+    path, error = existing_path(raw, base_dir, where)
+    if error:
+        errors.append(error)
+    return str(path.resolve()) if path is not None else None
 
 
 def _source(

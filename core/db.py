@@ -16,7 +16,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 from sqlmodel import Session, create_engine
 
-from app.settings import Settings, get_settings
+from core.settings import Settings, get_settings
 
 log = logging.getLogger("trm.db")
 T = TypeVar("T")

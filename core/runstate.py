@@ -11,8 +11,9 @@ import sqlalchemy as sa
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlmodel import col
 
-from app.events import Tx
-from app.models import TERMINAL_STATUSES, Run, utcnow
+from core import notify  # noqa: F401  (registers webhook delivery for terminal statuses)
+from core.events import Tx
+from core.models import TERMINAL_STATUSES, Run, utcnow
 
 ALLOWED: dict[str, frozenset[str]] = {
     "queued": frozenset({"running", "cancelled", "failed"}),

@@ -19,8 +19,8 @@ from arq.connections import ArqRedis, RedisSettings, create_pool
 from arq.constants import expires_extra_ms, job_key_prefix, result_key_prefix
 from arq.jobs import serialize_job
 
-from app.redisconn import redis_url
-from app.settings import Settings
+from core.redisconn import redis_url
+from core.settings import Settings
 
 JOB_FUNCTION = "run_job"
 QUEUES = ("gpu", "cpu")

@@ -1,6 +1,8 @@
-"""What the API does with runs: submit (validated, idempotent), list, show, cancel.
+"""What can be done with runs: submit (validated, idempotent, queued), list, show, cancel.
 
-Routes stay thin and call these; the CLI talks to the routes over HTTP.
+The API's routes stay thin and call these; the hill-climb coordinator submits its candidates
+through the same `submit_runs`, so every run is recorded and queued one way. The CLI talks to the
+routes over HTTP.
 """
 
 from __future__ import annotations
@@ -8,19 +10,26 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 from typing import Any
 
+import redis
 import sqlalchemy as sa
 from pydantic import ValidationError
 from sqlmodel import Session, col, select
 
-from app.errors import ApiError, validation_error
-from app.events import Publisher
-from app.models import RUN_STATUSES, LedgerEntry, Run, Stage
-from app.paths import resolve_api_paths
-from app.runstate import set_status
-from app.schemas.specs import RUN_SPEC, SPEC_MODELS, queue_for, step_limits
-from app.settings import Settings
+from core.errors import ApiError, validation_error
+from core.events import Publisher
+from core.models import RUN_STATUSES, LedgerEntry, Run, Stage
+from core.notify import check_notify_url
+from core.paths import resolve_api_paths
+from core.queue import enqueue_many
+from core.runstate import set_status
+from core.schemas.specs import RUN_SPEC, SPEC_MODELS, queue_for, step_limits
+from core.settings import Settings
+
+log = logging.getLogger("trm.runs")
+Outcome = tuple[Run, bool] | Exception
 
 
 def body_hash(body: Any) -> str:
@@ -29,8 +38,7 @@ def body_hash(body: Any) -> str:
 
 
 def validate_spec(body: Any, settings: Settings) -> Any:
-    """The typed spec, or a 422 naming the field; then the settings' limits, then 501 for kinds
-    whose stages are not built yet."""
+    """The typed spec, or a 422 naming the field; then the settings' limits."""
     if not isinstance(body, dict):
         raise ApiError(
             422,
@@ -65,8 +73,6 @@ def validate_spec(body: Any, settings: Settings) -> Any:
                 [{"field": field, "message": f"at most {limit}"}],
             )
     if spec.notify is not None:
-        from app.notify import check_notify_url
-
         refusal = check_notify_url(spec.notify.url, settings)
         if refusal:
             raise ApiError(
@@ -75,18 +81,6 @@ def validate_spec(body: Any, settings: Settings) -> Any:
                 f"notify.url: {refusal}",
                 [{"field": "notify.url", "message": refusal}],
             )
-    from worker.kinds import missing_stages  # light module: names only, no heavy imports
-
-    missing = missing_stages(spec.kind, spec.dry_run)
-    if missing:
-        what = "dry runs of " if spec.dry_run else ""
-        raise ApiError(
-            501,
-            "not_implemented",
-            f"{what}{spec.kind} runs are not available yet: stages "
-            f"{', '.join(missing)} are not built in this version",
-            {"kind": spec.kind, "missing_stages": missing},
-        )
     return spec
 
 
@@ -118,7 +112,7 @@ def prepare_run(
     )
 
 
-def record_runs(publisher: Publisher, arrivals: list[Run]) -> list[tuple[Run, bool] | Exception]:
+def record_runs(publisher: Publisher, arrivals: list[Run]) -> list[Outcome]:
     """Record new runs in one transaction (the API's group commit; the launcher passes one).
 
     Per run, in order: (run, created), or its own error (the 409 of a key reused with another
@@ -126,7 +120,7 @@ def record_runs(publisher: Publisher, arrivals: list[Run]) -> list[tuple[Run, bo
     one run's own (the database is down) are raised for the whole batch."""
     keys = {run.idempotency_key for run in arrivals if run.idempotency_key}
     known = _by_keys(publisher, keys) if keys else {}
-    results: list[tuple[Run, bool] | Exception] = []
+    results: list[Outcome] = []
     fresh: list[Run] = []
     for run in arrivals:
         earlier = known.get(run.idempotency_key) if run.idempotency_key else None
@@ -156,11 +150,26 @@ def record_runs(publisher: Publisher, arrivals: list[Run]) -> list[tuple[Run, bo
     return results
 
 
-def _record_alone(publisher: Publisher, run: Run) -> tuple[Run, bool] | Exception:
+def _record_alone(publisher: Publisher, run: Run) -> Outcome:
     try:
         return record_runs(publisher, [run])[0]
     except sa.exc.IntegrityError as exc:  # its own conflict: the others are still recorded
         return exc
+
+
+def submit_runs(publisher: Publisher, settings: Settings, arrivals: list[Run]) -> list[Outcome]:
+    """Record runs (`record_runs`) and queue each that is waiting, in one Redis round trip: the
+    one way a run enters the queue. Re-queuing a replayed run that is still queued is harmless
+    (the queue refuses an attempt it holds) and heals a job Redis lost."""
+    outcomes = record_runs(publisher, arrivals)
+    waiting = [o[0] for o in outcomes if isinstance(o, tuple) and o[0].status == "queued"]
+    if waiting and publisher.redis is not None:
+        jobs = [(run.id, run.attempt, run.queue) for run in waiting]
+        try:
+            enqueue_many(publisher.redis, settings, jobs)
+        except redis.RedisError as exc:  # the runs are recorded; the reconciler queues them
+            log.warning("enqueue of %d runs deferred: %s", len(jobs), exc)
+    return outcomes
 
 
 def create_run(
@@ -170,8 +179,25 @@ def create_run(
     idempotency_key: str | None,
     parent_id: str | None = None,
 ) -> tuple[Run, bool]:
-    """(run, created). Same key + same body gives the same run; another body gives 409."""
+    """(run, created), recorded but not queued: for callers that execute it themselves (tests,
+    benches). Everything else submits."""
     (outcome,) = record_runs(publisher, [prepare_run(settings, body, idempotency_key, parent_id)])
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+def submit_run(
+    publisher: Publisher,
+    settings: Settings,
+    body: Any,
+    idempotency_key: str | None,
+    parent_id: str | None = None,
+) -> tuple[Run, bool]:
+    """(run, created), recorded and queued. Same key + same body gives the same run; another body
+    gives 409."""
+    run = prepare_run(settings, body, idempotency_key, parent_id)
+    (outcome,) = submit_runs(publisher, settings, [run])
     if isinstance(outcome, Exception):
         raise outcome
     return outcome

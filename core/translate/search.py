@@ -10,25 +10,19 @@ What changes meaning:
   says what it does (`heldout_breadth`, `state_compression`, `split_by`) replaces that rung;
 - `max_generalization_gap` is now a hard ceiling of the keep rule, not only a report;
 - the base trainer spec and the corpus spec are read (relative paths against the file) and the
-  corpus spec is translated by `worker.corpus.upstream`; output folders and evaluator commands are
+  corpus spec is translated by `core.translate.corpus`; output folders and evaluator commands are
   ignored (a candidate is a `train` run with its own `evaluate` stage).
 A `routerbench-spec.json` without search keys becomes a `bench` run of our `routerbench`.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from app.schemas.hillclimb import RUNG_NAMES
-from worker.corpus.upstream import (
-    _WINDOWS_PATH,
-    looks_like_skill_corpus_spec,
-    translate_corpus_spec,
-)
-
-Translation = tuple[dict[str, Any], list[str], list[str]]
+from core.schemas.hillclimb import RUNG_NAMES
+from core.translate.common import Translation
+from core.translate.reader import Reader
 
 DATA_KNOBS = {
     "source_mix": "source_mix",
@@ -124,66 +118,7 @@ def looks_like_skill_routerbench_spec(data: Any) -> bool:
     return "routerbench" in named or "template_root" in data
 
 
-class _Reader:
-    """Collects warnings and errors while reading one file's keys."""
-
-    def __init__(self, base_dir: Path) -> None:
-        self.base_dir = base_dir
-        self.warnings: list[str] = []
-        self.errors: list[str] = []
-
-    def path(self, raw: Any, where: str) -> Path | None:
-        if not isinstance(raw, str) or not raw:
-            self.errors.append(f"{where}: not a path ({raw!r})")
-            return None
-        path = Path(raw)
-        if not path.is_absolute() and not _WINDOWS_PATH.match(raw):
-            path = self.base_dir / path
-        if not path.exists():
-            hint = (
-                " (a Windows default of the original skill: point it at your copy)"
-                if _WINDOWS_PATH.match(raw)
-                else ""
-            )
-            self.errors.append(f"{where}: {raw} does not exist{hint}")
-            return None
-        return path
-
-    def json_at(self, raw: Any, where: str) -> tuple[dict[str, Any] | None, Path]:
-        """An inline object, or the JSON object in the file a path names."""
-        if isinstance(raw, dict):
-            return raw, self.base_dir
-        path = self.path(raw, where)
-        if path is None:
-            return None, self.base_dir
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            self.errors.append(f"{where}: {raw} is not a JSON file ({exc})")
-            return None, self.base_dir
-        if not isinstance(data, dict):
-            self.errors.append(f"{where}: {raw} does not hold a JSON object")
-            return None, self.base_dir
-        return data, path.parent
-
-    def corpus(self, raw: Any, where: str) -> dict[str, Any] | None:
-        data, folder = self.json_at(raw, where)
-        if data is None:
-            return None
-        if looks_like_skill_corpus_spec(data):
-            corpus, warnings, errors = translate_corpus_spec(data, folder)
-            self.warnings.extend(f"{where}: {w}" for w in warnings)
-            self.errors.extend(f"{where}: {e}" for e in errors)
-            return corpus
-        for i, source in enumerate(data.get("sources") or []):
-            if isinstance(source, dict) and isinstance(source.get("path"), str):
-                found = self.path(source["path"], f"{where}.sources[{i}].path")
-                if found is not None:
-                    source["path"] = str(found.resolve())
-        return data
-
-
-def _mutations(raw: Any, reader: _Reader) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+def _mutations(raw: Any, reader: Reader) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
     """(data knob ranges, trainer knob ranges) from the skill's `mutations`."""
     pairs: list[tuple[str, Any, str]] = []
     if isinstance(raw, dict):
@@ -216,7 +151,7 @@ def _mutations(raw: Any, reader: _Reader) -> tuple[dict[str, list[Any]], dict[st
     return knobs, trainer
 
 
-def _ladder(raw: Any, reader: _Reader, out: dict[str, Any]) -> None:
+def _ladder(raw: Any, reader: Reader, out: dict[str, Any]) -> None:
     if isinstance(raw, dict):
         if "start" in raw:
             out["start_rung"] = raw["start"]
@@ -261,11 +196,10 @@ def _ladder(raw: Any, reader: _Reader, out: dict[str, Any]) -> None:
 def translate_search_spec(
     data: dict[str, Any],
     base_dir: Path,
-    args: Any = None,
     default_corpus: dict[str, Any] | None = None,
 ) -> Translation:
     """(our hillclimb spec, warnings, errors) for the skill's `hillclimb-spec*.json`."""
-    reader = _Reader(base_dir)
+    reader = Reader(base_dir)
     flat = dict(data)
     if isinstance(flat.get("search"), dict):
         flat.update(flat.pop("search"))
@@ -306,7 +240,7 @@ def translate_search_spec(
 
 
 def _base(
-    base: dict[str, Any] | None, corpus: dict[str, Any] | None, trainer: Any, reader: _Reader
+    base: dict[str, Any] | None, corpus: dict[str, Any] | None, trainer: Any, reader: Reader
 ) -> dict[str, Any]:
     """Our train spec from the skill's base trainer spec and/or corpus spec."""
     out: dict[str, Any] = {"kind": "train", "trainer": "trm"}
@@ -338,9 +272,7 @@ def _base(
     return out
 
 
-def translate_routerbench_spec(
-    data: dict[str, Any], base_dir: Path, args: Any = None
-) -> Translation:
+def translate_routerbench_spec(data: dict[str, Any], base_dir: Path) -> Translation:
     """A routerBench spec with search keys is a search over our routerBench data; without, a
     `bench` run of our `routerbench`."""
     if looks_like_skill_search_spec(data):
@@ -350,12 +282,10 @@ def translate_routerbench_spec(
         if not any(k in flat for k in ANCHOR_KEYS):
             flat["anchors"] = list(ROUTERBENCH_ANCHORS)
         default = {"sources": [dict(ROUTERBENCH_SOURCE)], "split": {"by": "env"}}
-        search, warnings, errors = translate_search_spec(
-            flat, base_dir, args, default_corpus=default
-        )
+        search, warnings, errors = translate_search_spec(flat, base_dir, default_corpus=default)
         warnings.insert(0, "routerBench search: our routerbench data under DATA_DIR/benches")
         return search, warnings, errors
-    reader = _Reader(base_dir)
+    reader = Reader(base_dir)
     out: dict[str, Any] = {"kind": "bench", "bench": "routerbench"}
     for key, value in data.items():
         if key in ("bench", "bench_name"):

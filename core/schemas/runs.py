@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.db import as_utc
-from app.models import LedgerEntry, Run, Stage
+from core.db import as_utc
+from core.models import LedgerEntry, Run, Stage
 
 
 class ErrorDetail(BaseModel):

@@ -6,7 +6,7 @@ prepare_config, launch_trainer; 4-bit NF4 on q/k/v/o; a compact messages corpus)
 spellings of each key are accepted, flat or under `trainer` / `training` / `qlora` / `lora` /
 `hyperparameters`. What changes meaning:
 - the corpus comes from the skill's corpus spec (`corpus_spec`, translated by
-  `worker.corpus.upstream`), inline `sources`, or the router dataset (`router_dataset`,
+  `core.translate.corpus`), inline `sources`, or the router dataset (`router_dataset`,
   `dataset_path`: a `router_jsonl` source); a prebuilt messages JSONL is not trained directly:
   our `prepare_corpus` stage rebuilds it from its sources, so the sources must be named;
 - 4-bit NF4 with double quant is how `qlora` always loads: quantization switches are ignored;
@@ -19,9 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from worker.hillclimb.upstream import _Reader
-
-Translation = tuple[dict[str, Any], list[str], list[str]]
+from core.translate.common import WINDOWS_PATH, Translation
+from core.translate.reader import Reader
 
 QLORA_KEYS = {
     "base_model": "base_model",
@@ -115,9 +114,9 @@ def looks_like_skill_training_spec(data: Any) -> bool:
     return bool(keys & MARKERS) or bool(keys & set(ROUTER_DATA_KEYS)) and "trainer" in data
 
 
-def translate_training_spec(data: dict[str, Any], base_dir: Path, args: Any = None) -> Translation:
+def translate_training_spec(data: dict[str, Any], base_dir: Path) -> Translation:
     """(our `train` spec with trainer `qlora`, warnings, errors)."""
-    reader = _Reader(base_dir)
+    reader = Reader(base_dir)
     out: dict[str, Any] = {"kind": "train", "trainer": "qlora"}
     qlora: dict[str, Any] = {}
     corpus: dict[str, Any] | None = None
@@ -194,9 +193,7 @@ def translate_training_spec(data: dict[str, Any], base_dir: Path, args: Any = No
     return out, reader.warnings, reader.errors
 
 
-def _qlora_value(
-    field: str, value: Any, where: str, qlora: dict[str, Any], reader: _Reader
-) -> None:
+def _qlora_value(field: str, value: Any, where: str, qlora: dict[str, Any], reader: Reader) -> None:
     if field == "target_modules" and isinstance(value, str):
         value = [m.strip() for m in value.split(",") if m.strip()] or value
     if field == "base_model" and isinstance(value, str):
@@ -213,6 +210,4 @@ def _qlora_value(
 
 
 def _looks_windows(value: str) -> bool:
-    from worker.corpus.upstream import _WINDOWS_PATH
-
-    return bool(_WINDOWS_PATH.match(value))
+    return bool(WINDOWS_PATH.match(value))

@@ -1,8 +1,7 @@
 """The `hillclimb` run spec (SPEC §8): a base `train` spec, the ladder, the knobs and the keep rule.
 
-`base` is a full `train` spec (its `kind` may be left out). It is validated as one here, lazily,
-because `app/schemas/specs.py` defines TrainSpec and imports this module; the validated, filled-in
-train spec is what the search stores and mutates. The anchors are the base corpus' anchors
+`base` is a full `train` spec (its `kind` may be left out), validated as a `TrainSpec`
+(schemas/train.py); the validated, filled-in train spec is what the search stores and mutates. The anchors are the base corpus' anchors
 (`anchors` here sets them when the base names none); they never change during a search.
 """
 
@@ -12,7 +11,8 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from app.schemas.common import CommonSpec, StrictModel
+from core.schemas.common import CommonSpec, StrictModel
+from core.schemas.train import TrainSpec
 
 RUNG_NAMES = (
     "in_domain",
@@ -91,8 +91,6 @@ class HillclimbSpec(CommonSpec):
     @field_validator("base", mode="before")
     @classmethod
     def _base_is_a_train_spec(cls, value: Any) -> dict[str, Any]:
-        from app.schemas.specs import TrainSpec
-
         if not isinstance(value, dict):
             raise ValueError("base must be a train spec (an object)")
         kind = value.get("kind", "train")

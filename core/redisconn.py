@@ -7,7 +7,7 @@ from functools import lru_cache
 import redis
 import redis.asyncio as aioredis
 
-from app.settings import Settings
+from core.settings import Settings
 
 
 class RedisNotConfigured(RuntimeError):

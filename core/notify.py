@@ -8,6 +8,8 @@ signed with HMAC-SHA256 under `TRM_NOTIFY_SECRET`: the receiver recomputes
 
 Delivery runs in the process that recorded the terminal status (the worker's runner, or the API
 for a cancel of a queued run), on a daemon thread, so the caller never waits on a slow receiver.
+It is a terminal hook of `core.events`; `core.runstate`, where every terminal status is set,
+imports this module, so every process that can end a run delivers its webhooks.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from urllib.parse import urlsplit
 import httpx
 from sqlmodel import Session
 
-from app.events import Publisher
-from app.models import Run
-from app.settings import Settings
+from core.events import Publisher, on_terminal_status
+from core.models import Run
+from core.settings import Settings
 
 log = logging.getLogger("trm.notify")
 
@@ -222,6 +224,7 @@ def _record(
         log.warning("could not record webhook attempt for %s: %s", run_id, exc)
 
 
+@on_terminal_status
 def on_terminal(publisher: Publisher, status_event: dict[str, Any]) -> threading.Thread | None:
     """After a terminal `status` event is committed: if the run's spec names `notify.url`, deliver
     in the background. Returns the delivery thread (None when there is nothing to deliver)."""

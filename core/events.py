@@ -20,16 +20,29 @@ import redis
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from app.db import as_utc, one_writer, retrying, session_scope
-from app.models import Event, Run, utcnow
-from app.redisconn import events_channel
-from app.settings import Settings
+from core.db import as_utc, one_writer, retrying, session_scope
+from core.models import Event, Run, utcnow
+from core.redisconn import events_channel
+from core.settings import Settings
 
 log = logging.getLogger("trm.events")
 
 RUNS: sa.Table = Run.__table__  # type: ignore[attr-defined]
 EVENTS: sa.Table = Event.__table__  # type: ignore[attr-defined]
 EVENT_TYPES = ("status", "stage", "card", "metric", "ledger", "log")
+
+# Called with (publisher, the stored event) after a run's terminal `status` event is committed,
+# in the process that recorded it. Webhooks register here (core/notify.py), so this module need
+# not know them.
+TerminalHook = Callable[["Publisher", dict[str, Any]], object]
+TERMINAL_HOOKS: list[TerminalHook] = []
+
+
+def on_terminal_status(hook: TerminalHook) -> TerminalHook:
+    """Register `hook` for every terminal status (once per hook, however often it is called)."""
+    if hook not in TERMINAL_HOOKS:
+        TERMINAL_HOOKS.append(hook)
+    return hook
 
 
 def event_dict(ev: Event) -> dict[str, Any]:
@@ -161,12 +174,11 @@ class Publisher:
         self._publish_redis(messages)
         for ev in events:
             if ev.type == "status" and ev.data.get("terminal"):
-                from app.notify import on_terminal  # webhooks: delivered on a background thread
-
-                try:
-                    on_terminal(self, event_dict(ev))
-                except Exception as exc:  # a webhook never stands in the way of a status
-                    log.warning("webhook for %s not started: %s", ev.run_id, exc)
+                for hook in TERMINAL_HOOKS:
+                    try:
+                        hook(self, event_dict(ev))
+                    except Exception as exc:  # a hook never stands in the way of a status
+                        log.warning("terminal hook for %s failed: %s", ev.run_id, exc)
 
     def _append_jsonl(self, run_id: str, lines: list[str]) -> None:
         run_dir = self.settings.run_dir(run_id)

@@ -106,7 +106,7 @@ class Event(SQLModel, table=True):
     __tablename__ = "events"
     __table_args__ = (sa.UniqueConstraint("run_id", "seq"),)
 
-    # Global and monotonic; per run, commit order equals id order (see app/events.py).
+    # Global and monotonic; per run, commit order equals id order (see core/events.py).
     id: int | None = Field(
         default=None,
         sa_column=sa.Column(

@@ -19,10 +19,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from worker.corpus.upstream import _WINDOWS_PATH
-from worker.hillclimb.upstream import _Reader
-
-Translation = tuple[dict[str, Any], list[str], list[str]]
+from core.translate.common import WINDOWS_PATH, Translation
+from core.translate.reader import Reader
 
 BENCHES = ("primehub-envs", "primehub-baseline")
 # A run id (ULID), optionally `:root` / `:final` for a hill-climb.
@@ -76,9 +74,9 @@ def looks_like_skill_primehub_spec(data: Any) -> bool:
     return isinstance(data, dict) and "kind" not in data and bench_named(data) is not None
 
 
-def translate_primehub_spec(data: dict[str, Any], base_dir: Path, args: Any = None) -> Translation:
+def translate_primehub_spec(data: dict[str, Any], base_dir: Path) -> Translation:
     """(our `bench` spec, warnings, errors) for the skill's `primehub-*-bench.json`."""
-    reader = _Reader(base_dir)
+    reader = Reader(base_dir)
     bench = bench_named(data) or "primehub-envs"
     out: dict[str, Any] = {"kind": "bench", "bench": bench}
     for key, value in data.items():
@@ -118,7 +116,7 @@ def translate_primehub_spec(data: dict[str, Any], base_dir: Path, args: Any = No
     return out, reader.warnings, reader.errors
 
 
-def _side(key: str, value: Any, out: dict[str, Any], reader: _Reader) -> None:
+def _side(key: str, value: Any, out: dict[str, Any], reader: Reader) -> None:
     if isinstance(value, dict):
         value = value.get("run_id") or value.get("path") or value.get("artifact")
     if not isinstance(value, str) or not value:
@@ -129,7 +127,7 @@ def _side(key: str, value: Any, out: dict[str, Any], reader: _Reader) -> None:
         return
     looks_like_path = (
         value.startswith((".", "/", "~"))
-        or _WINDOWS_PATH.match(value)
+        or WINDOWS_PATH.match(value)
         or value.endswith((".json", ".safetensors"))
         or (reader.base_dir / value).exists()
     )

@@ -59,7 +59,7 @@ class Settings(BaseSettings):
     max_candidates: int = 10_000
     max_seconds: int = 30 * 24 * 3600
 
-    # Webhooks (app/notify.py): the HMAC-SHA256 key for `X-TRM-Signature`, and the hosts besides
+    # Webhooks (core/notify.py): the HMAC-SHA256 key for `X-TRM-Signature`, and the hosts besides
     # loopback a spec's `notify.url` may name (comma-separated; `*.example.com` for subdomains).
     notify_secret: SecretStr | None = None
     notify_allow: str = ""

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from worker.evaluate.menu import load_entry
+from core.benches.menu import load_entry
 
 TRACE_FILE = "reasoning_traces.jsonl"  # worker/envs/writers.py
 # The knobs that change how a row reads: a trained side's anchors are shaped with its own.

@@ -1,7 +1,7 @@
 """The `bench` run spec (SPEC §7). Owned by the evaluation issue.
 
 `baseline` and `router` each name `none`, a train run id, `<hill-climb run id>:root|final`, or an
-artifact path under the runs or data directory (worker/evaluate/resolve.py). Unset fields take the
+artifact path under the runs or data directory (core/benches/resolve.py). Unset fields take the
 bench's `defaults` from `specs/benches/<bench>.json`.
 """
 
@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from app.schemas.common import CommonSpec
+from core.schemas.common import CommonSpec
 
 
 class BenchSpec(CommonSpec):

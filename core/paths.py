@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from app.errors import ApiError
+from core.errors import ApiError
 
 
 def _refuse(field: str, message: str) -> ApiError:

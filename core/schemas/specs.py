@@ -1,0 +1,56 @@
+"""Run specs (SPEC §3.3): one model per kind, discriminated by `kind`, unknown keys rejected.
+
+JSON Schemas for these live in `specs/schemas/` (`trm schemas` regenerates them).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, TypeAdapter
+
+from core.schemas.bench import BenchSpec
+from core.schemas.common import CommonSpec
+from core.schemas.hillclimb import HillclimbSpec
+from core.schemas.train import TrainSpec
+
+
+class SelftestSpec(CommonSpec):
+    """Checks a worker end to end: a CPU loop in a child process that checkpoints and resumes."""
+
+    kind: Literal["selftest"]
+    steps: int = Field(default=20, ge=1)
+    step_seconds: float = Field(default=0.05, ge=0, le=60)
+    checkpoint_every: int = Field(default=1, ge=1)
+    fail_at_step: int | None = Field(default=None, ge=1)
+    # Hang (no progress, no exit) after this step: exercises stall detection (TRM_STALL_S).
+    stall_at_step: int | None = Field(default=None, ge=1)
+    queue: Literal["gpu", "cpu"] = "cpu"
+
+
+RunSpec = Annotated[
+    TrainSpec | BenchSpec | HillclimbSpec | SelftestSpec, Field(discriminator="kind")
+]
+RUN_SPEC: TypeAdapter[Any] = TypeAdapter(RunSpec)
+SPEC_MODELS: dict[str, type[CommonSpec]] = {
+    "train": TrainSpec,
+    "bench": BenchSpec,
+    "hillclimb": HillclimbSpec,
+    "selftest": SelftestSpec,
+}
+DEFAULT_QUEUE = {"train": "gpu", "bench": "gpu", "hillclimb": "cpu"}
+
+
+def queue_for(spec: CommonSpec) -> str:
+    if isinstance(spec, SelftestSpec):
+        return spec.queue
+    return DEFAULT_QUEUE[spec.kind]  # type: ignore[attr-defined]
+
+
+def step_limits(spec: CommonSpec) -> list[tuple[str, int | None]]:
+    """(field path, requested count) pairs checked against the settings' limits."""
+    if isinstance(spec, TrainSpec):
+        return [("trm.max_steps", spec.trm.max_steps), ("qlora.max_steps", spec.qlora.max_steps)]
+    if isinstance(spec, SelftestSpec):
+        return [("steps", spec.steps)]
+    return []
