@@ -256,8 +256,8 @@ def run_service(args: argparse.Namespace) -> dict[str, Any]:
     import httpx
 
     from bench.service import Stack
+    from core.rundir import sha256_file
     from tests.conftest import free_port
-    from worker.manifests import sha256_file
 
     (args.work / "service").mkdir(exist_ok=True)
     stack = Stack(args.work / "service", free_port())

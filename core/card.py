@@ -3,13 +3,13 @@ the `progress.snapshot.json` writer with the skill's keys plus ours."""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
 import psutil
 from pydantic import BaseModel
+
+from core.rundir import SNAPSHOT, write_json_atomic
 
 WIDTH = 64
 BAR_WIDTH = 18
@@ -147,7 +147,4 @@ def snapshot(card: Card) -> dict[str, Any]:
 
 
 def write_snapshot(card: Card, run_dir: Path) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / f".progress.snapshot.json.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(snapshot(card), indent=2))
-    os.replace(tmp, run_dir / "progress.snapshot.json")
+    write_json_atomic(run_dir / SNAPSHOT, snapshot(card), durable=False)

@@ -27,8 +27,8 @@ from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
+from core.rundir import CHUNK, atomic_file, sha256_file
 from core.settings import Settings
-from worker.manifests import CHUNK, sha256_file
 
 log = logging.getLogger("trm.worker")
 
@@ -131,10 +131,9 @@ def _load_state(path: Path) -> dict[str, list[Any]]:
 
 
 def _save_state(path: Path, state: dict[str, list[Any]]) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(state, sort_keys=True))
-        os.replace(tmp, path)
+        with atomic_file(path) as fh:
+            fh.write(json.dumps(state, sort_keys=True))
     except OSError as exc:  # next sync sends a little more; nothing is lost
         log.warning("could not save %s: %s", path, exc)
 

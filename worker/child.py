@@ -27,9 +27,9 @@ from core.card import Card
 from core.db import make_engine
 from core.events import Publisher
 from core.redisconn import sync_redis
+from core.rundir import write_json_atomic
 from core.settings import Settings
 from worker.context import FENCED, LeaseMoved, StageContext, StageFailure
-from worker.manifests import write_json_atomic
 from worker.train.memory import CHILD_ENV
 
 PAYLOAD = ".child.json"

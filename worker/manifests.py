@@ -4,9 +4,7 @@ never sees half a manifest."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,26 +14,7 @@ from sqlmodel import select
 from core.db import retrying
 from core.events import Publisher
 from core.models import Stage, utcnow
-
-CHUNK = 1 << 20
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, sort_keys=False, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+from core.rundir import MANIFEST, manifest_path, sha256_file, write_json_atomic
 
 
 def describe_paths(paths: list[Path], run_dir: Path) -> list[dict[str, Any]]:
@@ -94,7 +73,7 @@ class StageRecorder:
         )
 
     def manifest_path(self, stage: str) -> Path:
-        return self.run_dir / stage / "manifest.json"
+        return manifest_path(self.run_dir, stage)
 
     def record(self, manifest: dict[str, Any], position: int) -> None:
         """Write the manifest file, upsert the Stage row, emit the `stage` event."""
@@ -140,7 +119,7 @@ class StageRecorder:
                     "completed_at": manifest["completed_at"],
                     "counters": manifest["counters"],
                     "error": manifest["error"],
-                    "manifest_path": f"{stage}/manifest.json",
+                    "manifest_path": f"{stage}/{MANIFEST}",
                 },
             )
 

@@ -20,6 +20,7 @@ from core.card import Card, measure_ram, write_snapshot
 from core.db import retrying
 from core.events import Publisher
 from core.models import Run, Stage, utcnow
+from core.rundir import write_json_atomic
 from core.runstate import set_status
 from core.settings import Settings
 from worker.artifact_sync import sync_stage
@@ -27,7 +28,7 @@ from worker.child import ChildStage, load_ref, run_stage
 from worker.context import FENCED, StageContext, StageFailure
 from worker.kinds import KINDS, PLANNERS, StageDef
 from worker.lease import Lease
-from worker.manifests import StageRecorder, write_json_atomic
+from worker.manifests import StageRecorder
 from worker.usage import Usage
 
 log = logging.getLogger("trm.worker")

@@ -1,8 +1,9 @@
 """The `hillclimb` run spec (SPEC §8): a base `train` spec, the ladder, the knobs and the keep rule.
 
 `base` is a full `train` spec (its `kind` may be left out), validated as a `TrainSpec`
-(schemas/train.py); the validated, filled-in train spec is what the search stores and mutates. The anchors are the base corpus' anchors
-(`anchors` here sets them when the base names none); they never change during a search.
+(schemas/train.py); the validated, filled-in train spec is what the search stores and mutates.
+The anchors are the base corpus' anchors (`anchors` here sets them when the base names none);
+they never change during a search.
 """
 
 from __future__ import annotations

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from core.rundir import MANIFEST, write_bytes_atomic
+
 # Exported files, in the order they enter the corpus hash.
 FILE_KEYS = ("train", "val", "anchor", "critic", "messages", "messages_val")
-MANIFEST = "manifest.json"
+
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
@@ -33,19 +34,6 @@ def corpus_hash(digests: dict[str, str]) -> str:
     wherever their sources lived."""
     joined = "".join(f"{key}.jsonl\n{digests[key]}\n" for key in FILE_KEYS)
     return sha256_hex(joined.encode())
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with tmp.open("wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def already_there(out_dir: Path, expected_hash: str, digests: dict[str, str]) -> bool:
@@ -68,10 +56,10 @@ def write_corpus(out_dir: Path, contents: dict[str, bytes], manifest: dict[str, 
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MANIFEST).unlink(missing_ok=True)
     for key in FILE_KEYS:
-        write_atomic(out_dir / f"{key}.jsonl", contents[key])
+        write_bytes_atomic(out_dir / f"{key}.jsonl", contents[key])
     write_manifest(out_dir, manifest)
 
 
 def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> None:
     text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
-    write_atomic(out_dir / MANIFEST, text.encode())
+    write_bytes_atomic(out_dir / MANIFEST, text.encode())

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from core.benches.resolve import ResolveError, resolve_bench
+from core.rundir import write_json_atomic
 from core.schemas.corpus import CorpusSpec
 from worker.context import StageContext, StageFailure
 from worker.evaluate import scorecard as sc
@@ -31,7 +32,6 @@ from worker.evaluate.stage import (
     evaluate_policy,
     train_sample,
 )
-from worker.manifests import write_json_atomic
 
 RESOLVED = "bench.resolved.json"
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from core.rundir import atomic_file
 from worker.evaluate.policies import Policy, argmax
 
 BATCH = 64
@@ -133,11 +133,9 @@ def score_rows(
 
 
 def write_samples(path: Path, samples: list[dict[str, Any]]) -> Path:
-    tmp = path.with_suffix(".jsonl.tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
+    with atomic_file(path) as fh:
         for row in samples:
             fh.write(json.dumps(row, separators=(",", ":"), ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
     return path
 
 

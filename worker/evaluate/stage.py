@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from core.rundir import write_json_atomic
 from worker.context import StageContext, StageFailure
 from worker.evaluate import scorecard as sc
 from worker.evaluate.policies import Policy, argmax, load_policy
@@ -34,7 +35,6 @@ from worker.evaluate.samples import (
     score_rows,
     write_samples,
 )
-from worker.manifests import write_json_atomic
 
 TRAIN_SAMPLE = 1000
 SCORECARD, SAMPLES = "scorecard.json", "samples.jsonl"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.rundir import write_json_atomic
 from core.schemas.hillclimb import HillclimbSpec
 from worker.hillclimb import decide
 from worker.hillclimb.decide import SEARCH_ROW, Candidate, Rules, SearchState
@@ -29,7 +30,6 @@ from worker.hillclimb.ladder import (
 from worker.hillclimb.launch import Launcher, Outcome
 from worker.hillclimb.ledger import Ledger
 from worker.hillclimb.mutate import mutate, ranges_of
-from worker.manifests import write_json_atomic
 
 POLL_S = 0.5
 ROLLED_UP = ("wall_seconds", "rows_trained", "tokens_trained", "examples_scored", "tokens_scored")

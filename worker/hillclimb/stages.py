@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.errors import ApiError
+from core.rundir import write_json_atomic
 from core.schemas.hillclimb import HillclimbSpec
 from worker.context import FENCED, StageContext, StageFailure
 from worker.hillclimb import decide
@@ -24,7 +25,6 @@ from worker.hillclimb.launch import SCORECARD, ServiceLauncher
 from worker.hillclimb.ledger import LEDGER_FILE, Ledger
 from worker.hillclimb.mutate import ranges_of
 from worker.hillclimb.search import CANDIDATES_DIR, SearchRun, result_record, rules_of
-from worker.manifests import write_json_atomic
 
 SHORT_RUNG = {
     "in_domain": "in_domain",

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.rundir import write_json_atomic
 from worker.context import StageContext, StageFailure
 from worker.kinds import KINDS
-from worker.manifests import write_json_atomic
 
 
 def _plan_corpus(ctx: StageContext, spec: dict[str, Any]) -> str:

@@ -8,8 +8,8 @@ import json
 import time
 from typing import Any
 
+from core.rundir import write_json_atomic
 from worker.context import StageContext
-from worker.manifests import write_json_atomic
 
 
 def prepare(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:

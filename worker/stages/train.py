@@ -9,10 +9,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from core.rundir import write_json_atomic
 from core.schemas.corpus import CorpusSpec
 from worker.context import StageContext, StageFailure
 from worker.corpus import CorpusInputError, build_corpus
-from worker.manifests import write_json_atomic
 
 CORPUS_DIR = "corpus"
 TRAINER_DIR = "trainer"

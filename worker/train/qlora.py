@@ -38,9 +38,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from core.rundir import sha256_file
 from core.schemas.train import QloraTrainerConfig
 from worker.context import StageFailure
-from worker.manifests import sha256_file
 from worker.train import checkpoints
 from worker.train.base_model import resolve_base_model
 from worker.train.callbacks import TrainerCallbacks

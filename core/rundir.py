@@ -1,0 +1,109 @@
+"""A run's directory, `RUNS_DIR/<run_id>/` (SPEC §3.1): every file in it named once, and the one
+way a file there is written whole (a temp name in the same folder, flushed, then renamed, so a
+reader never sees half a file and a crash leaves the old one or none).
+
+The layout, by kind (SPEC §3.2):
+
+    events.jsonl  summary.json  progress.snapshot.json       every run
+    spec.resolved.json                                        dry runs of selftest
+    <stage>/manifest.json  <stage>/child.log                  every stage
+    corpus/ (train.jsonl val.jsonl anchor.jsonl critic.jsonl
+             messages.jsonl messages_val.jsonl manifest.json)  train
+    corpus.plan.json  trainer_config.resolved.json  trainer/  train
+    scorecard.json  samples.jsonl                             train, bench
+    bench.resolved.json                                       bench
+    plan.json  hillclimb_ledger.jsonl  search_summary.json  candidates/<id>/  best/   hillclimb
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+# Every run.
+EVENTS = "events.jsonl"
+SUMMARY = "summary.json"
+SNAPSHOT = "progress.snapshot.json"
+SPEC_RESOLVED = "spec.resolved.json"
+MANIFEST = "manifest.json"  # <stage>/manifest.json
+# A stage's child process (in its stage folder).
+CHILD_PAYLOAD = ".child.json"
+CHILD_OUTCOME = ".outcome.json"
+CHILD_LOG = "child.log"
+# train
+CORPUS = "corpus"
+CORPUS_PLAN = "corpus.plan.json"
+TRAINER_CONFIG = "trainer_config.resolved.json"
+TRAINER = "trainer"
+# train and bench
+SCORECARD = "scorecard.json"
+SAMPLES = "samples.jsonl"
+# bench
+BENCH_RESOLVED = "bench.resolved.json"
+# hillclimb
+LEDGER = "hillclimb_ledger.jsonl"
+SEARCH_SUMMARY = "search_summary.json"
+SEARCH_PLAN = "plan.json"
+CANDIDATES = "candidates"
+BEST = "best"
+
+# The corpus builder's files (in `corpus/`, or in `--out` of `trm corpus build`).
+TRAIN_ROWS = "train.jsonl"
+VAL_ROWS = "val.jsonl"
+ANCHOR_ROWS = "anchor.jsonl"
+CRITIC_ROWS = "critic.jsonl"
+MESSAGES = "messages.jsonl"
+MESSAGES_VAL = "messages_val.jsonl"
+
+CHUNK = 1 << 20
+
+
+def stage_dir(run_dir: Path, stage: str) -> Path:
+    return run_dir / stage
+
+
+def manifest_path(run_dir: Path, stage: str) -> Path:
+    return run_dir / stage / MANIFEST
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path, mode: str = "w", durable: bool = True) -> Iterator[IO[Any]]:
+    """Open a temp file beside `path`; on a clean exit it is flushed (to disk too, unless not
+    `durable`: a file rewritten many times a second that the next write replaces anyway) and
+    renamed over `path`; on an error it is removed and `path` is left as it was."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    encoding = None if "b" in mode else "utf-8"
+    try:
+        with open(tmp, mode, encoding=encoding) as fh:
+            yield fh
+            fh.flush()
+            if durable:
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def write_json_atomic(path: Path, data: Any, durable: bool = True) -> None:
+    with atomic_file(path, durable=durable) as fh:
+        json.dump(data, fh, indent=2, sort_keys=False, default=str)
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    with atomic_file(path, "wb") as fh:
+        fh.write(data)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
