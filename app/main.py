@@ -18,11 +18,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
 from app.deps import AppState, require_token
+from app.errors import install_handlers
 from app.intake import Intake
 from app.live import LiveHub
 from app.routes import artifacts, benches, dashboard, events, health, runs, uploads, workers
-from core import errors
 from core.db import check_migrated, get_engine
+from core.errors import error_body
 from core.events import Publisher
 from core.queue import create_arq_pool
 from core.redisconn import sync_redis
@@ -68,7 +69,7 @@ class BodyLimit:
         import json
 
         body = json.dumps(
-            errors.error_body("payload_too_large", f"request body is over {self.max_bytes} bytes")
+            error_body("payload_too_large", f"request body is over {self.max_bytes} bytes")
         ).encode()
         await send(
             {
@@ -123,7 +124,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
         telemetry={"tracing": settings.otel, "metrics": settings.otel, "logs": settings.otel},
     )
-    errors.install(app)
+    install_handlers(app)
     auth = [Depends(require_token)]
     for module in (runs, events, artifacts, uploads, benches, workers):
         app.include_router(module.router, dependencies=auth)

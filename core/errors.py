@@ -1,18 +1,10 @@
-"""The uniform error body (SPEC §10): {"error": {"code", "message", "details"}}."""
+"""The uniform error body (SPEC §10): {"error": {"code", "message", "details"}}, and `ApiError`,
+which carries one. Plain Python: the worker raises and reads these too; the API's handlers that
+turn exceptions into responses are `app/errors.py`."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
-
-import sqlalchemy as sa
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from pydantic import ValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
-
-log = logging.getLogger("trm.api")
 
 HTTP_CODES = {
     400: "bad_request",
@@ -96,49 +88,3 @@ def validation_error(errors: list[Any], prefix: str = "", body: Any = None) -> A
     if len(details) > 1:
         message += f" (and {len(details) - 1} more)"
     return ApiError(422, "validation_error", message, details)
-
-
-def install(app: FastAPI) -> None:
-    @app.exception_handler(ApiError)
-    async def _api_error(_req: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation(_req: Request, exc: RequestValidationError) -> JSONResponse:
-        err = validation_error(list(exc.errors()))
-        return JSONResponse(error_body(err.code, err.message, err.details), status_code=422)
-
-    @app.exception_handler(ValidationError)
-    async def _pydantic(_req: Request, exc: ValidationError) -> JSONResponse:
-        err = validation_error(list(exc.errors()))
-        return JSONResponse(error_body(err.code, err.message, err.details), status_code=422)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = HTTP_CODES.get(exc.status_code, "error")
-        return JSONResponse(
-            error_body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
-        )
-
-    async def _database_down(_req: Request, exc: Exception) -> JSONResponse:
-        log.warning("database unreachable: %s", type(exc).__name__)
-        return JSONResponse(
-            error_body(
-                "unavailable",
-                "the database is not answering; the request was not applied, try again shortly "
-                "(a POST /runs with the same Idempotency-Key is safe to repeat)",
-                {"retry_after_s": 2},
-            ),
-            status_code=503,
-            headers={"Retry-After": "2"},
-        )
-
-    for klass in (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError):
-        app.add_exception_handler(klass, _database_down)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(_req: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error")
-        return JSONResponse(
-            error_body("internal", f"internal error: {type(exc).__name__}"), status_code=500
-        )

@@ -10,6 +10,7 @@ The layout, by kind (SPEC §3.2):
     corpus/ (train.jsonl val.jsonl anchor.jsonl critic.jsonl
              messages.jsonl messages_val.jsonl manifest.json)  train
     corpus.plan.json  trainer_config.resolved.json  trainer/  train
+    trainer/ (model.safetensors config.json vocab.json | adapter/ run_meta.json; checkpoints/)
     scorecard.json  samples.jsonl                             train, bench
     bench.resolved.json                                       bench
     plan.json  hillclimb_ledger.jsonl  search_summary.json  candidates/<id>/  best/   hillclimb
@@ -21,6 +22,7 @@ import contextlib
 import hashlib
 import json
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -35,11 +37,20 @@ MANIFEST = "manifest.json"  # <stage>/manifest.json
 CHILD_PAYLOAD = ".child.json"
 CHILD_OUTCOME = ".outcome.json"
 CHILD_LOG = "child.log"
+ARTIFACT_SYNC_STATE = ".artifact-sync.json"  # a worker's record of what it uploaded
 # train
 CORPUS = "corpus"
 CORPUS_PLAN = "corpus.plan.json"
 TRAINER_CONFIG = "trainer_config.resolved.json"
 TRAINER = "trainer"
+# In trainer/: a trm model, or a qlora adapter with its run record; checkpoints of both.
+TRM_MODEL, TRM_CONFIG, TRM_VOCAB = "model.safetensors", "config.json", "vocab.json"
+ADAPTER = "adapter"
+ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
+RUN_META = "run_meta.json"
+CHECKPOINTS = "checkpoints"  # checkpoints/step-NNNNNN/
+CHECKPOINT_STATE = "trainer_state.pt"  # optimizer, scheduler, RNG
+CHECKPOINT_META = "checkpoint.json"  # step, counters, fingerprint: written last
 # train and bench
 SCORECARD = "scorecard.json"
 SAMPLES = "samples.jsonl"
@@ -50,7 +61,11 @@ LEDGER = "hillclimb_ledger.jsonl"
 SEARCH_SUMMARY = "search_summary.json"
 SEARCH_PLAN = "plan.json"
 CANDIDATES = "candidates"
+CANDIDATE_RESULT = "result.json"  # candidates/<id>/result.json
 BEST = "best"
+BEST_POINTER = "best.json"  # best/best.json: the best candidate's record and where its run is
+# selftest (in its stage folders)
+SELFTEST_PLAN, SELFTEST_CHECKPOINT, SELFTEST_RESULT = "plan.json", "checkpoint.json", "result.json"
 
 # The corpus builder's files (in `corpus/`, or in `--out` of `trm corpus build`).
 TRAIN_ROWS = "train.jsonl"
@@ -77,7 +92,7 @@ def atomic_file(path: Path, mode: str = "w", durable: bool = True) -> Iterator[I
     `durable`: a file rewritten many times a second that the next write replaces anyway) and
     renamed over `path`; on an error it is removed and `path` is left as it was."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
     encoding = None if "b" in mode else "utf-8"
     try:
         with open(tmp, mode, encoding=encoding) as fh:

@@ -172,32 +172,20 @@ def submit_runs(publisher: Publisher, settings: Settings, arrivals: list[Run]) -
     return outcomes
 
 
-def create_run(
-    publisher: Publisher,
-    settings: Settings,
-    body: Any,
-    idempotency_key: str | None,
-    parent_id: str | None = None,
-) -> tuple[Run, bool]:
-    """(run, created), recorded but not queued: for callers that execute it themselves (tests,
-    benches). Everything else submits."""
-    (outcome,) = record_runs(publisher, [prepare_run(settings, body, idempotency_key, parent_id)])
-    if isinstance(outcome, Exception):
-        raise outcome
-    return outcome
-
-
 def submit_run(
     publisher: Publisher,
     settings: Settings,
     body: Any,
     idempotency_key: str | None,
     parent_id: str | None = None,
+    *,
+    queue: bool = True,
 ) -> tuple[Run, bool]:
     """(run, created), recorded and queued. Same key + same body gives the same run; another body
-    gives 409."""
-    run = prepare_run(settings, body, idempotency_key, parent_id)
-    (outcome,) = submit_runs(publisher, settings, [run])
+    gives 409. `queue=False` records it only, for callers that execute it themselves (tests,
+    benches)."""
+    runs = [prepare_run(settings, body, idempotency_key, parent_id)]
+    (outcome,) = submit_runs(publisher, settings, runs) if queue else record_runs(publisher, runs)
     if isinstance(outcome, Exception):
         raise outcome
     return outcome

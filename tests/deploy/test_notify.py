@@ -20,7 +20,7 @@ from core.notify import (
     url_refusal,
     verify,
 )
-from core.runs import create_run
+from core.runs import submit_run
 from core.settings import Settings
 from tests.conftest import Service, wait_for
 from tests.deploy.conftest import Receiver
@@ -30,7 +30,7 @@ SECRET = "s3cret-for-tests"
 
 def _run(publisher: Publisher, settings: Settings, url: str) -> str:
     spec = {"kind": "selftest", "steps": 1, "notify": {"url": url}}
-    run, _ = create_run(publisher, settings, spec, None)
+    run, _ = submit_run(publisher, settings, spec, None, queue=False)
     return run.id
 
 

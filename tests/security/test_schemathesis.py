@@ -3,19 +3,17 @@ to the real API process: no 5xx at all, and every 4xx in the uniform error body.
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
 from app.main import create_app
-from core.db import upgrade
 from core.settings import Settings
-from tests.conftest import REDIS_URL, Service
+from tests.conftest import Service
+from tests.stack import REDIS_URL, Scratch, create_database
 
 EXAMPLES_PER_OPERATION = 120
 SEEN: Counter[int] = Counter()
@@ -28,21 +26,14 @@ schema = schemathesis.openapi.from_dict(
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     root = tmp_path_factory.mktemp("fuzz")
-    env = {
-        "TRM_DATABASE_URL": f"sqlite:///{root}/trm.db",
-        "TRM_REDIS_URL": REDIS_URL,
-        "TRM_REDIS_NAMESPACE": f"t{uuid.uuid4().hex[:10]}",
-        "TRM_RUNS_DIR": str(root / "runs"),
-        "TRM_DATA_DIR": str(root / "data"),
-        "TRM_MODEL_CACHE": str(root / "models"),
-        "TRM_SSE_KEEPALIVE_S": "0.2",
-    }
-    upgrade(env["TRM_DATABASE_URL"])
+    scratch = Scratch(root, create_database("sqlite", root))
+    scratch.migrate()
     (root / "logs").mkdir()
-    service = Service(env, Path(root / "logs"))
+    service = Service({**scratch.env, "TRM_SSE_KEEPALIVE_S": "0.2"}, root / "logs")
     service.start_api()
     yield service
     service.stop()
+    scratch.forget()
 
 
 @schema.exclude(path_regex=r".*/events$").parametrize()
