@@ -136,7 +136,8 @@ def measure(
 ) -> tuple[dict[str, dict[str, Any]], float]:
     """(per method: picks, seconds, model calls, accuracy; mean prompt length in tokens)."""
     from worker.evaluate.lm_scoring import LmPolicy
-    from worker.evaluate.policies import argmax, load_policy
+    from worker.evaluate.policies import load_policy
+    from worker.models.policy import argmax
 
     ref = {"type": "qlora", "path": str(adapter), "contract": "action_only",
            "model_cache": str(args.model_cache)}  # fmt: skip
@@ -259,7 +260,7 @@ def main() -> None:
     args.steps = args.steps or (12 if args.quick else 16)
 
     from worker.evaluate.samples import read_jsonl
-    from worker.train.base_model import BUILTIN, resolve_base_model
+    from worker.models.base_model import BUILTIN, resolve_base_model
 
     resolve_base_model(BUILTIN, args.model_cache)
     work = args.keep

@@ -10,9 +10,9 @@ through the corpus builder, `action_only`), same effective batch (16 rows per op
   mixed precision where the device has bf16);
 - ours: `worker.train.qlora.train`, micro-batch 8 x accumulation 2, sequences up to 512, packing,
   loss on the assistant tokens.
-Both sides compute in the dtype `qlora.device_and_dtype()` picks for this machine (bf16 on CUDA
-and on CPUs with AVX512-BF16, else float32) and start with the environment the service starts
-its trainers with (`memory.CHILD_ENV`).
+Both sides compute in the dtype `worker.models.lm.device_and_dtype()` picks for this machine (bf16
+on CUDA and on CPUs with AVX512-BF16, else float32) and start with the environment the service
+starts its trainers with (`memory.CHILD_ENV`).
 Each side runs in its own process for `--steps` timed optimizer steps after one warm-up step;
 the table shows real (non-padding) training tokens per second, and the ratio (target >= 1.5x).
 A third process runs ours at micro-batch 8 x 256 tokens and reports its peak RSS (target < 3 GB
@@ -88,7 +88,7 @@ def build_shape(name: str, cache: Path) -> str:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from worker.train.base_model import BUILTIN, resolve_base_model
+    from worker.models.base_model import BUILTIN, resolve_base_model
 
     folder = cache / f"shape-{name}"
     if not (folder / "config.json").exists():
@@ -143,9 +143,9 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
     from transformers import AutoTokenizer, TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
-    from worker.train.base_model import resolve_base_model
+    from worker.models.base_model import resolve_base_model
+    from worker.models.lm import device_and_dtype, load_4bit
     from worker.train.chat_data import read_messages
-    from worker.train.qlora import device_and_dtype, load_4bit
 
     base_dir = resolve_base_model(args.base_model, args.model_cache)
     cuda = torch.cuda.is_available()
@@ -195,7 +195,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
 def params_of(base_model: str, cache: Path) -> int:
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from worker.train.base_model import resolve_base_model
+    from worker.models.base_model import resolve_base_model
 
     config = AutoConfig.from_pretrained(resolve_base_model(base_model, cache))
     import torch
@@ -329,7 +329,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     args.work = work
     args.model_cache = args.model_cache or work / "models"
-    from worker.train.base_model import resolve_base_model
+    from worker.models.base_model import resolve_base_model
 
     resolve_base_model("smollm2-135m-instruct", args.model_cache)  # convert once, before timing
     if args.shape:

@@ -11,6 +11,7 @@ says, and that those are the trained tokens' exact log-likelihoods, is. Set
 TRM_TEST_MODEL_CACHE to a folder to keep the converted SmolLM2 between test sessions.
 """
 
+# ruff: noqa: F811 (the imported model_cache fixture is named as an argument)
 from __future__ import annotations
 
 import os
@@ -22,23 +23,26 @@ import torch
 
 from core.benches.menu import load_entry
 from core.schemas.corpus import CorpusSpec
+from tests.train.qlora_fixtures import model_cache  # noqa: F401
 from worker.corpus import build_corpus
 from worker.envs import generate
 from worker.evaluate.lm_scoring import LmPolicy
-from worker.evaluate.policies import argmax, load_policy
+from worker.evaluate.policies import load_policy
 from worker.evaluate.samples import read_jsonl
+from worker.models import lm
+from worker.models.policy import argmax
 from worker.train import qlora
-from worker.train.base_model import BUILTIN, resolve_base_model
 from worker.train.callbacks import TrainerCallbacks
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-pytestmark = pytest.mark.slow
+# Training the adapter takes about two minutes here, more on a busy machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 ANCHOR = "route-s0-w3"
 # A batched pass with a shared prefix rounds differently from a whole-sequence pass: in float32
-# by ~1e-5, in bf16 (8-bit mantissa: this CPU computes in it, see qlora.device_and_dtype) by a few
+# by ~1e-5, in bf16 (8-bit mantissa: this CPU computes in it, see lm.device_and_dtype) by a few
 # thousandths of a nat, up to 0.5% of an unlikely answer's. A wrong token would be off by nats.
 LOGP_TOLERANCE = {  # (absolute, relative)
     torch.float32: (1e-3, 1e-4),
@@ -53,11 +57,11 @@ STATE_FIELDS = ["observation.request.prompt_text", "observation.budget_left"]
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[LmPolicy, list[dict[str, Any]]]:
+def trained(
+    tmp_path_factory: pytest.TempPathFactory, model_cache: Path
+) -> tuple[LmPolicy, list[dict[str, Any]]]:
     """(the trained adapter loaded as a policy, anchor rows of a world it never saw)."""
-    kept = os.environ.get("TRM_TEST_MODEL_CACHE")
-    cache = Path(kept) if kept else tmp_path_factory.mktemp("models")
-    resolve_base_model(BUILTIN, cache)
+    cache = model_cache  # the session's one converted SmolLM2 (tests/train/qlora_fixtures.py)
     root = tmp_path_factory.mktemp("lm-route")
     generate(root / "play", families=["route"], worlds=4, episodes=8, seed=0,
              formats=["reasoning_trace"])  # fmt: skip
@@ -119,5 +123,5 @@ def test_scores_are_the_trained_answers_log_likelihood_in_one_pass_per_batch(tra
                 ids = torch.tensor([prompt + answer], device=policy.device)
                 logp = torch.log_softmax(policy.model(input_ids=ids).logits[0].float(), -1)
                 full = sum(float(logp[len(prompt) - 1 + t, tok]) for t, tok in enumerate(answer))
-                near, rel = LOGP_TOLERANCE[qlora.device_and_dtype()[1]]
+                near, rel = LOGP_TOLERANCE[lm.device_and_dtype()[1]]
                 assert score == pytest.approx(full, abs=near, rel=rel)

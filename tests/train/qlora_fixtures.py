@@ -14,7 +14,7 @@ import pytest
 from core.schemas.corpus import CorpusSpec
 from worker.corpus import build_corpus
 from worker.envs import generate
-from worker.train.base_model import BUILTIN, resolve_base_model
+from worker.models.base_model import BUILTIN, resolve_base_model
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

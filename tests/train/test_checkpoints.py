@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from core.rundir import CHECKPOINT_META
 from worker.context import StageFailure
 from worker.train import checkpoints
 from worker.train.callbacks import TrainerCallbacks
@@ -112,7 +113,7 @@ def test_the_rng_comes_back_so_a_resumed_run_draws_what_an_uninterrupted_one_wou
     torch.manual_seed(123)  # a fresh process would start from anything
     checkpoints.load(checkpoints.folder(tmp_path, 1), optimizer)
     assert torch.equal(torch.rand(5), expected)
-    state = json.loads((checkpoints.folder(tmp_path, 1) / checkpoints.META_FILE).read_text())
+    state = json.loads((checkpoints.folder(tmp_path, 1) / CHECKPOINT_META).read_text())
     assert state == {"fingerprint": "f", "step": 1}
 
     # The same step saved again (a stop right after a scheduled save) replaces it whole.

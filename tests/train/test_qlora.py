@@ -16,10 +16,13 @@ from tests.train.qlora_fixtures import TINY_LLAMA, model_cache, qlora_corpus  # 
 
 # ruff: noqa: F811 (pytest fixtures imported above are named as test arguments)
 from worker.context import StageFailure
-from worker.train import base_model, chat_data, checkpoints, qlora
-from worker.train.base_model import BUILTIN, CONVERTED_MARKER, resolve_base_model
+from worker.models import base_model, lm
+from worker.models.base_model import BUILTIN, CONVERTED_MARKER, resolve_base_model
+from worker.train import chat_data, checkpoints, qlora
 from worker.train.callbacks import TrainerCallbacks
 
+# The SmolLM2 fixtures train for minutes on a busy 2-core machine (setup counts in the timeout).
+pytestmark = pytest.mark.timeout(900)
 SMOL = {"micro_batch": 2, "grad_accum": 1, "max_seq_len": 160, "lr": 1e-3}
 TINY = {"base_model": TINY_LLAMA, "micro_batch": 2, "grad_accum": 2, "max_seq_len": 128}
 
@@ -101,8 +104,8 @@ def test_packed_rows_do_not_attend_to_each_other(qlora_corpus, model_cache):
     tokenizer = AutoTokenizer.from_pretrained(model_cache / TINY_LLAMA)
     rows = chat_data.read_messages(qlora_corpus / "messages.jsonl")[:2]
     examples = chat_data.encode(tokenizer, rows, 128).examples
-    device, dtype = qlora.device_and_dtype()
-    model = qlora.build_model(model_cache / TINY_LLAMA, qlora.DEFAULTS, device, dtype).eval()
+    device, dtype = lm.device_and_dtype()
+    model = lm.build_lora_model(model_cache / TINY_LLAMA, qlora.DEFAULTS, device, dtype).eval()
     pad = tokenizer.pad_token_id
 
     def loss(sequences: list[list[int]]) -> float:
@@ -122,12 +125,12 @@ def test_an_eval_midway_leaves_the_training_gradients_unchanged(qlora_corpus, mo
     rows = chat_data.read_messages(qlora_corpus / "messages.jsonl")[:2]
     examples = chat_data.encode(tokenizer, rows, 96).examples
     batch = chat_data.collate(examples, [[0], [1]], tokenizer.pad_token_id)
-    device, dtype = qlora.device_and_dtype()
+    device, dtype = lm.device_and_dtype()
     config = {**qlora.DEFAULTS, "dropout": 0.0}
 
     def lora_grads(eval_first: bool) -> dict[str, torch.Tensor]:
         torch.manual_seed(0)
-        model = qlora.build_model(model_cache / TINY_LLAMA, config, device, dtype)
+        model = lm.build_lora_model(model_cache / TINY_LLAMA, config, device, dtype)
         for p in model.parameters():
             if p.requires_grad:
                 torch.nn.init.normal_(p, std=0.02)  # LoRA B starts at zero: give it a value
@@ -208,7 +211,7 @@ def smol_run(qlora_corpus, model_cache, tmp_path_factory):
     root = tmp_path_factory.mktemp("smol-run")
     corpus = small_corpus(qlora_corpus, root / "corpus")
     seen: dict[str, Any] = {}
-    build = qlora.build_model
+    build = lm.build_lora_model
 
     def recording_build(*args: Any) -> Any:
         seen["model"] = model = build(*args)
@@ -217,13 +220,13 @@ def smol_run(qlora_corpus, model_cache, tmp_path_factory):
         seen["base_before"] = base_state(model)
         return model
 
-    qlora.build_model = recording_build
+    lm.build_lora_model = recording_build
     try:
         callbacks = TrainerCallbacks()
         config = {**SMOL, "max_steps": 6, "eval_every": 3, "checkpoint_every": 3}
         result = train(config, corpus, root / "out", model_cache, callbacks)
     finally:
-        qlora.build_model = build
+        lm.build_lora_model = build
     return {**seen, "result": result, "callbacks": callbacks, "out": root / "out", "corpus": corpus}
 
 
@@ -277,7 +280,7 @@ def test_loss_on_the_assistant_tokens_falls(smol_run):
 def test_the_adapter_reloads_onto_a_4bit_base_with_the_same_logits(smol_run, model_cache):
     out, model = smol_run["out"], smol_run["model"].eval()
     adapter = out / "adapter"
-    reloaded, tokenizer = qlora.load_adapter(adapter, model_cache)
+    reloaded, tokenizer = lm.load_adapter(adapter, model_cache)
     row = chat_data.read_messages(smol_run["corpus"] / "messages.jsonl")[0]
     prompt = row["messages"][:-1]
     text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)

@@ -13,16 +13,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from worker.train.callbacks import TrainerCallbacks
-from worker.train.trm import (
+from worker.models.trm import (
     Encoded,
     TinyRecursiveModel,
     Tokenizer,
     load_trm,
     pieces,
     save_model,
-    train,
 )
+from worker.train.callbacks import TrainerCallbacks
+from worker.train.trm import train
 
 TINY = {"hidden": 16, "n_recursions": 2, "batch_size": 8, "lr": 1e-2}
 

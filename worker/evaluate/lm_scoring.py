@@ -33,8 +33,11 @@ from typing import Any
 import torch
 
 from core.settings import get_settings
+from worker.context import StageFailure
 from worker.corpus.messages import SYSTEM_PROMPTS, user_prompt
-from worker.evaluate.policies import Policy, files_hash
+from worker.models import lm
+from worker.models.base_model import BUILTIN
+from worker.models.policy import Policy, files_hash
 
 ROWS_PER_BATCH = 16
 Encoded = tuple[list[int], list[list[int]]]  # (prompt ids, answer ids per candidate)
@@ -290,31 +293,21 @@ def _repeat_cache(key_values: list[tuple[torch.Tensor, torch.Tensor]], length: i
 
 def load_lm_policy(ref: dict[str, Any]) -> LmPolicy:
     """A `qlora` adapter on its 4-bit base, or (`base_lm`) the bare base model, 4-bit too."""
-    from worker.train import qlora
-    from worker.train.base_model import resolve_base_model
-
     contract = ref.get("contract", "action_only")
     model_cache = Path(ref.get("model_cache") or get_settings().model_cache)
     if ref["type"] == "qlora":
         adapter = Path(ref["path"])
         weights = sorted(adapter.glob("adapter_model.*"))
-        if not (adapter / "adapter_config.json").is_file() or not weights:
-            from worker.context import StageFailure
-
+        if not (adapter / lm.ADAPTER_CONFIG).is_file() or not weights:
             raise StageFailure(
                 "dependency",
                 f"no qlora adapter at {adapter} (adapter_config.json and adapter_model.* expected; "
                 "a completed qlora train run leaves them in <run>/trainer/adapter/)",
             )
-        model, tokenizer = qlora.load_adapter(adapter, model_cache)
-        digest = files_hash(adapter / "adapter_config.json", *weights, extra=contract)
+        model, tokenizer = lm.load_adapter(adapter, model_cache)
+        digest = files_hash(adapter / lm.ADAPTER_CONFIG, *weights, extra=contract)
         return LmPolicy(model, tokenizer, contract, f"qlora:{adapter}", digest)
-    from transformers import AutoTokenizer
-
-    base_dir = resolve_base_model(ref.get("base_model") or "smollm2-135m-instruct", model_cache)
-    device, dtype = qlora.device_and_dtype()
-    model = qlora.load_4bit(base_dir, device, dtype)
-    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    model, tokenizer, base_dir = lm.load_base(ref.get("base_model") or BUILTIN, model_cache)
     weights = sorted(base_dir.glob("*.safetensors"))
     digest = files_hash(base_dir / "config.json", *weights, extra="base:" + contract)
     return LmPolicy(model, tokenizer, contract, f"base:{base_dir.name}", digest)

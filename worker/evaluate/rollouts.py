@@ -21,7 +21,7 @@ from worker.envs import FAMILIES, make_world, rollout
 from worker.envs.base import World
 from worker.envs.families import SUMMARIES
 from worker.envs.writers import router_features
-from worker.evaluate.policies import Policy
+from worker.models.policy import Policy
 
 WORLD_ID = re.compile(r"^(?P<family>[a-z]+)-s(?P<seed>\d+)-w(?P<index>\d+)$")
 EPISODES = 20

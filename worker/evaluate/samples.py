@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from core.rundir import atomic_file
-from worker.evaluate.policies import Policy, argmax
+from worker.models.policy import Policy, argmax
 
 BATCH = 64
 CACHE_DIR = Path("evaluate") / "sample_cache"  # in a run directory

@@ -1,2 +1,3 @@
 """Trainers (SPEC §6): each one file you can read top to bottom, config in, artifacts out.
-The service plugs in through `TrainerCallbacks` (progress, stop requests, checkpoints)."""
+The models they train are in `worker/models/`; the service plugs in through `TrainerCallbacks`
+(progress, stop requests, checkpoints)."""

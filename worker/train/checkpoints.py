@@ -33,12 +33,10 @@ from typing import Any
 
 import torch
 
+from core.rundir import CHECKPOINT_META, CHECKPOINT_STATE, CHECKPOINTS, write_json_atomic
 from worker.context import StageFailure
 
-CHECKPOINTS = "checkpoints"
 KEEP = 2  # the newest and the one before it
-STATE_FILE = "trainer_state.pt"  # optimizer, scheduler, RNG
-META_FILE = "checkpoint.json"  # step, counters, fingerprint: written last
 _NAME = re.compile(r"step-(\d+)")
 
 
@@ -54,7 +52,7 @@ def list_checkpoints(out_dir: Path) -> list[Path]:
     found = [
         (int(match.group(1)), path)
         for path in root.iterdir()
-        if (match := _NAME.fullmatch(path.name)) and (path / META_FILE).is_file()
+        if (match := _NAME.fullmatch(path.name)) and (path / CHECKPOINT_META).is_file()
     ]
     return [path for _, path in sorted(found)]
 
@@ -80,7 +78,7 @@ def resume_point(out_dir: Path, expected: str) -> Path | None:
     path = newest(out_dir)
     if path is None:
         return None
-    made_with = json.loads((path / META_FILE).read_text()).get("fingerprint")
+    made_with = json.loads((path / CHECKPOINT_META).read_text()).get("fingerprint")
     if made_with != expected:
         raise StageFailure(
             "bad_input",
@@ -109,9 +107,9 @@ def save(
             "scheduler": scheduler.state_dict() if scheduler is not None else None,
             "rng": rng_state(),
         }
-        torch.save(state, tmp / STATE_FILE)
-        meta_text = json.dumps({**meta, "step": step}, indent=2, default=str)
-        (tmp / META_FILE).write_text(meta_text + "\n")
+        torch.save(state, tmp / CHECKPOINT_STATE)
+        # Not fsynced here: `write_folder` syncs every file of the folder before the rename.
+        write_json_atomic(tmp / CHECKPOINT_META, {**meta, "step": step}, durable=False)
 
     final = write_folder(folder(out_dir, step), write)
     for old in list_checkpoints(out_dir)[:-keep]:
@@ -145,12 +143,12 @@ def load(
     `load_state_dict` moves the optimizer's state to its parameters' device."""
     # Our own file in our own run directory; the optimizer state of bitsandbytes' paged 8-bit
     # AdamW is more than plain tensors, so this is not `weights_only`.
-    state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)
+    state = torch.load(path / CHECKPOINT_STATE, map_location="cpu", weights_only=False)
     optimizer.load_state_dict(state["optimizer"])
     if scheduler is not None and state["scheduler"] is not None:
         scheduler.load_state_dict(state["scheduler"])
     restore_rng(state["rng"])
-    return dict(json.loads((path / META_FILE).read_text()))
+    return dict(json.loads((path / CHECKPOINT_META).read_text()))
 
 
 def rng_state() -> dict[str, Any]:

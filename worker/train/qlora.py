@@ -1,12 +1,15 @@
 """The `qlora` trainer (SPEC §6): a LoRA adapter on a 4-bit NF4 causal LM, config in, adapter out.
 
-Read it top to bottom: the model (4-bit base, LoRA on top, the loss), then `train`, the loop,
-then the loop's small parts. The data (chat rows -> token ids with labels on the assistant's
-answer only, packed into sequences; what happens to rows over `max_seq_len`) is in
-`chat_data.py`; checkpoints (atomic, newest wins, shared with `trm`) in `checkpoints.py`. The
-service plugs in through `TrainerCallbacks`: `on_step` after every optimizer step,
-`should_stop()` at every step boundary (cancel, shutdown, budget: save a checkpoint, return),
-`on_eval`, `on_checkpoint`.
+A recipe in the torchtune manner: `train()` at the bottom reads top to bottom (setup, then a step
+at a time until done or stopped, with an eval and a checkpoint on schedule, then the adapter and
+`run_meta.json`); `QloraRecipe` holds the named phases it drives: `setup`, `step` (one optimizer
+step), `evaluate` (the val loss), `checkpoint` (save; `setup` resumes from the newest one) and
+`finish`. The model (4-bit base, LoRA on top, adapter files) is `worker/models/lm.py`; the data
+(chat rows -> token ids with labels on the assistant's answer only, packed into sequences; what
+happens to rows over `max_seq_len`) is `chat_data.py`; checkpoints (atomic, newest wins, shared
+with `trm`) are `checkpoints.py`. The service plugs in through `TrainerCallbacks`: `on_step`
+after every optimizer step, `should_stop()` at every step boundary (cancel, shutdown, budget: save
+a checkpoint, return), `on_eval`, `on_checkpoint`.
 
 Choices that matter for speed and memory, each for a reason:
 - The loss is computed on the assistant tokens only, so the vocabulary projection (`lm_head`) runs
@@ -31,6 +34,8 @@ import math
 import platform
 import resource
 import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -38,13 +43,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from core.rundir import sha256_file
+from core.rundir import ADAPTER, RUN_META, sha256_file, write_json_atomic
 from core.schemas.train import QloraTrainerConfig
 from worker.context import StageFailure
+from worker.models import lm
+from worker.models.base_model import resolve_base_model
 from worker.train import checkpoints
-from worker.train.base_model import resolve_base_model
 from worker.train.callbacks import TrainerCallbacks
-from worker.train.chat_data import IGNORE, collate, encode, plan_epoch, read_messages
+from worker.train.chat_data import IGNORE, Encoded, collate, encode, plan_epoch, read_messages
 from worker.train.memory import Rss, lean_allocator, peak_vram, reset_peak_vram
 
 # The spec's defaults, plus `max_seconds`, which the stage may pass from the run's budget.
@@ -53,86 +59,261 @@ DEFAULTS: dict[str, Any] = {**QloraTrainerConfig().model_dump(), "max_seconds": 
 RESUMABLE_CHANGES = ("micro_batch", "grad_accum", "eval_every", "checkpoint_every", "max_seconds")
 EVAL_ROWS = 256  # a fixed sample of val rows; eval is a signal, not the scorecard
 WARMUP_FRACTION = 0.03
-ADAPTER, RUN_META, ADAPTER_FILE = "adapter", "run_meta.json", "adapter_model.safetensors"
 
 
-# ---- model -------------------------------------------------------------------------------------
-def device_and_dtype() -> tuple[torch.device, torch.dtype]:
-    """CUDA computes in bf16 (fp16 where bf16 is missing); a CPU in bf16 where it has bf16 dot
-    products in hardware (AVX512-BF16: 1.8x the tokens/s of float32 on this machine's CPU), else
-    in float32 (bf16 in software is slower than float32)."""
-    if torch.cuda.is_available():
-        bf16 = torch.cuda.is_bf16_supported()
-        return torch.device("cuda"), torch.bfloat16 if bf16 else torch.float16
-    bf16 = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
-    return torch.device("cpu"), torch.bfloat16 if bf16 else torch.float32
+def train(
+    config: dict[str, Any],
+    corpus_dir: Path,
+    out_dir: Path,
+    callbacks: TrainerCallbacks,
+    *,
+    seed: int,
+    contract: str,
+    probe: bool,
+    model_cache: Path,
+) -> dict[str, Any]:
+    """Train on `corpus_dir/messages.jsonl` (eval on `messages_val.jsonl`); write `out_dir/adapter/`
+    and `out_dir/run_meta.json`; resume from the newest checkpoint in `out_dir/checkpoints/`.
+    `seed` is the run's (it wins over `config["seed"]`); `probe` trains exactly one micro-batch."""
+    started = time.time()
+    unknown = sorted(set(config) - set(DEFAULTS))
+    if unknown:
+        raise StageFailure("bad_input", f"qlora config: unknown key {unknown[0]!r}")
+    cfg = {**DEFAULTS, **config, "seed": seed}
+    recipe = QloraRecipe(cfg, Path(corpus_dir), Path(out_dir), callbacks, probe=probe)
+    recipe.setup(Path(model_cache))
+    if recipe.resumed_from is None:
+        recipe.evaluate()
+    stopped_by, last_saved = None, recipe.resumed_from
+    while recipe.done.step < recipe.total:
+        stopped_by = callbacks.should_stop()
+        if not stopped_by and cfg["max_seconds"] and time.time() - started >= cfg["max_seconds"]:
+            stopped_by = "budget"
+        if stopped_by:
+            break
+        step = recipe.step()
+        if probe:
+            continue
+        if step % cfg["eval_every"] == 0 or step == recipe.total:
+            recipe.evaluate()
+        if step % cfg["checkpoint_every"] == 0 or step == recipe.total:
+            recipe.checkpoint()
+            last_saved = step
+    if stopped_by and recipe.done.step > 0 and last_saved != recipe.done.step and not probe:
+        recipe.checkpoint()
+    return recipe.finish(stopped_by, contract, started)
 
 
-def load_4bit(base_dir: Path, device: torch.device, dtype: torch.dtype) -> Any:
-    """The base model with every linear layer but the output head in 4-bit NF4, double quant;
-    the rest (embeddings, norms, output head) in float32, as `prepare_model_for_kbit_training`
-    leaves them for training, so that a reloaded adapter computes what the trained model did."""
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+@dataclass
+class Trained:
+    """What the run has trained so far: a checkpoint saves it, a resume restores it."""
 
-    quant = BitsAndBytesConfig(
-        load_in_4bit=True,
-        bnb_4bit_quant_type="nf4",
-        bnb_4bit_use_double_quant=True,
-        bnb_4bit_compute_dtype=dtype,
-    )
-    model = AutoModelForCausalLM.from_pretrained(
-        base_dir, quantization_config=quant, dtype=dtype, device_map={"": device}
-    )
-    for module in model.modules():
-        # On CPUs with AVX512-BF16, bitsandbytes repacks the 4-bit weights for a bf16 kernel on
-        # the first forward in eval mode, and keeps them so. That kernel has no backward (training
-        # after an eval would silently lose the gradient through the base weights) and rounds
-        # differently (a reloaded adapter would not reproduce the trained logits). Never repack.
-        if hasattr(module, "support_avx512bf16_for_cpu"):
-            setattr(module, "support_avx512bf16_for_cpu", False)  # noqa: B010
-    for param in model.parameters():
-        if param.dtype in (torch.float16, torch.bfloat16) and type(param).__name__ != "Params4bit":
-            param.data = param.data.float()
-    return model
+    step: int = 0
+    rows_trained: int = 0
+    tokens_trained: int = 0
+    label_tokens_trained: int = 0
 
 
-def build_model(base_dir: Path, cfg: dict[str, Any], device: torch.device, dtype: torch.dtype):
-    """4-bit base, frozen, with fresh LoRA adapters on `target_modules` (trainable, float32)."""
-    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+class QloraRecipe:
+    """One qlora run's state and its phases; `train()` decides when each one runs."""
 
-    model = prepare_model_for_kbit_training(
-        load_4bit(base_dir, device, dtype),
-        use_gradient_checkpointing=True,
-        gradient_checkpointing_kwargs={"use_reentrant": False},
-    )
-    lora = LoraConfig(
-        r=cfg["r"],
-        lora_alpha=cfg["alpha"],
-        lora_dropout=cfg["dropout"],
-        target_modules=cfg["target_modules"],
-        bias="none",
-        task_type="CAUSAL_LM",
-    )
-    return get_peft_model(model, lora)
+    def __init__(
+        self,
+        cfg: dict[str, Any],
+        corpus_dir: Path,
+        out_dir: Path,
+        callbacks: TrainerCallbacks,
+        *,
+        probe: bool,
+    ) -> None:
+        self.cfg, self.corpus_dir, self.out_dir = cfg, corpus_dir, out_dir
+        self.callbacks, self.probe, self.seed = callbacks, probe, int(cfg["seed"])
+        self.train_path = corpus_dir / "messages.jsonl"
+        self.val_path = corpus_dir / "messages_val.jsonl"
+        self.micro = int(cfg["micro_batch"])
+        self.accum = 1 if probe else int(cfg["grad_accum"])
+        # Sequences per optimizer step: the OOM retry (half the micro-batch) keeps it.
+        self.per_step = self.micro * self.accum
+        self.done = Trained()
+        self.resumed_from: int | None = None
+        self.evals: list[dict[str, Any]] = []
+        self.step_losses: list[float] = []
+        self.session_tokens, self.session_seconds = 0, 0.0  # this attempt's, for tokens/s
+        self._plans: dict[int, list[list[int]]] = {}
+
+    # ---- setup: data, model, optimizer, schedule, and the checkpoint to resume from ------------
+    def setup(self, model_cache: Path) -> None:
+        from transformers import AutoTokenizer
+
+        cfg = self.cfg
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.device, self.dtype = lm.device_and_dtype()
+        reset_peak_vram()
+        self.allocator = lean_allocator()
+        self.rss = Rss()
+
+        self.base_dir = resolve_base_model(cfg["base_model"], model_cache)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.base_dir)
+        pad_id = self.tokenizer.pad_token_id
+        self.pad_id = pad_id if pad_id is not None else 0
+        self.data, self.val_data = self._encode_splits()
+        self.examples, self.val = self.data.examples, self.val_data.examples
+        self.lengths = [len(e.ids) for e in self.examples]
+        val_lengths = [len(e.ids) for e in self.val]
+        self.val_sequences = plan_epoch(val_lengths, cfg["max_seq_len"], True, self.seed, -1)
+        epochs = range(int(cfg["epochs"]))
+        total = int(cfg["max_steps"] or sum(self._steps_in_epoch(e) for e in epochs))
+        self.total = 1 if self.probe else total
+
+        # The LoRA init (a resume restores the RNG from its checkpoint).
+        torch.manual_seed(self.seed)
+        self.model = lm.build_lora_model(self.base_dir, cfg, self.device, self.dtype)
+        self.model.train()
+        self.trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(self.trainable, cfg["lr"], self.device)
+        warmup, total = max(1, round(WARMUP_FRACTION * self.total)), self.total
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: lr_factor(s, warmup, total)
+        )
+        self.fingerprint = checkpoints.fingerprint(cfg, RESUMABLE_CHANGES, [self.train_path])
+        resume = None if self.probe else checkpoints.resume_point(self.out_dir, self.fingerprint)
+        if resume is not None:  # the adapter, optimizer, scheduler and RNG as they were then
+            lm.load_lora(self.model, resume)
+            state = checkpoints.load(resume, self.optimizer, self.scheduler)
+            self.done = Trained(**{k: state[k] for k in asdict(self.done)})
+            self.resumed_from = state["step"]
+
+    def _encode_splits(self) -> tuple[Encoded, Encoded]:
+        max_seq_len = self.cfg["max_seq_len"]
+        rows = read_messages(self.train_path)
+        if not rows:
+            reason = f"{self.train_path} has no rows: check the corpus (corpus/manifest.json)"
+            raise StageFailure("bad_input", reason)
+        data = encode(self.tokenizer, rows, max_seq_len)
+        val = encode(self.tokenizer, read_messages(self.val_path)[:EVAL_ROWS], max_seq_len)
+        if not data.examples:
+            raise StageFailure(
+                "bad_input",
+                f"no row of {self.train_path.name} fits qlora.max_seq_len={max_seq_len} with its "
+                f"whole answer; the longest row is {data.longest} tokens: raise max_seq_len",
+            )
+        return data, val
+
+    def _plan(self, epoch: int) -> list[list[int]]:
+        if epoch not in self._plans:
+            cfg = self.cfg
+            plan = plan_epoch(self.lengths, cfg["max_seq_len"], cfg["packing"], self.seed, epoch)
+            self._plans[epoch] = plan
+        return self._plans[epoch]
+
+    def _steps_in_epoch(self, epoch: int) -> int:
+        return math.ceil(len(self._plan(epoch)) / self.per_step)
+
+    # ---- step: one optimizer step --------------------------------------------------------------
+    def step(self) -> int:
+        """Train on the next `per_step` sequences (`micro` at a time, gradients accumulated);
+        returns the step number it completed."""
+        step_started = time.time()
+        epoch, index = locate(self.done.step, self._steps_in_epoch)
+        sequences = self._plan(epoch)[index * self.per_step : (index + 1) * self.per_step]
+        if self.probe:
+            sequences = sequences[: self.micro]
+        batches = [
+            collate(self.examples, sequences[i : i + self.micro], self.pad_id)
+            for i in range(0, len(sequences), self.micro)
+        ]
+        label_tokens = sum(b["label_tokens"] for b in batches)
+        step_loss = 0.0
+        for batch in batches:
+            loss = answer_loss(self.model, batch, self.device) / max(label_tokens, 1)
+            self.rss.sample()
+            loss.backward()
+            step_loss += loss.item()
+        torch.nn.utils.clip_grad_norm_(self.trainable, 1.0)
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.rss.sample()
+
+        tokens = sum(b["tokens"] for b in batches)
+        seconds = time.time() - step_started
+        self.session_tokens += tokens
+        self.session_seconds += seconds
+        done = self.done
+        done.step += 1
+        done.rows_trained += sum(b["rows"] for b in batches)
+        done.tokens_trained += tokens
+        done.label_tokens_trained += label_tokens
+        self.step_losses.append(step_loss)
+        self.callbacks.on_step(
+            done.step, self.total, loss=step_loss, lr=lr,
+            tokens_per_s=tokens / max(seconds, 1e-9), tokens=tokens, seconds=seconds,
+            epoch=epoch, tokens_trained=done.tokens_trained,  # the run's `max_tokens` reads it
+        )  # fmt: skip
+        return done.step
+
+    # ---- evaluate: the loss on the val rows ----------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self) -> None:
+        """The mean loss per answer token over the val sample (none in a probe)."""
+        if not self.val or self.probe:
+            return
+        self.model.eval()
+        total, count = 0.0, 0
+        for i in range(0, len(self.val_sequences), self.micro):
+            batch = collate(self.val, self.val_sequences[i : i + self.micro], self.pad_id)
+            total += answer_loss(self.model, batch, self.device).item()
+            count += batch["label_tokens"]
+        self.model.train()
+        loss = total / max(count, 1)
+        self.evals.append({"step": self.done.step, "loss": loss})
+        self.callbacks.on_eval(self.done.step, loss=loss)
+
+    # ---- checkpoint: what a resume needs, whole or not at all ----------------------------------
+    def checkpoint(self) -> None:
+        step, lora = self.done.step, partial(lm.save_lora, self.model)
+        meta = {**asdict(self.done), "fingerprint": self.fingerprint,
+                "total_steps": self.total, "config": self.cfg}  # fmt: skip
+        path = checkpoints.save(self.out_dir, step, lora, self.optimizer, self.scheduler, meta)
+        self.callbacks.on_checkpoint(step, path)
+
+    # ---- finish: the adapter, run_meta.json, the result ----------------------------------------
+    def finish(self, stopped_by: str | None, contract: str, started: float) -> dict[str, Any]:
+        cfg, data, losses = self.cfg, self.data, self.step_losses
+        write = partial(lm.save_adapter, model=self.model, tokenizer=self.tokenizer,
+                        base_model=cfg["base_model"])  # fmt: skip
+        adapter = checkpoints.write_folder(self.out_dir / ADAPTER, write)
+        trained = (self.session_tokens, self.session_seconds)
+        done = asdict(self.done)
+        result = {
+            **{k: done[k] for k in ("rows_trained", "tokens_trained", "label_tokens_trained")},
+            "steps": self.done.step, "total_steps": self.total, "stopped_by": stopped_by,
+            "resumed_from_step": self.resumed_from,
+            "optimizer_state_step": optimizer_step_count(self.optimizer),
+            "final_loss": losses[-1] if losses else None,
+            "first_loss": losses[0] if losses else None,
+            "eval_loss": self.evals[-1]["loss"] if self.evals else None, "evals": self.evals,
+            "rows_truncated": data.truncated, "rows_dropped": data.dropped,
+            "data": {"max_seq_len": cfg["max_seq_len"], "train": data.counts(),
+                     "val": self.val_data.counts()},
+            "tokens_per_s": trained[0] / trained[1] if trained[1] else None,
+            "seconds": time.time() - started,
+            "peak_rss_bytes": self.rss.peak,
+            "peak_rss_process_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "peak_vram_bytes": peak_vram(),
+            "device": self.device.type, "compute_dtype": str(self.dtype).removeprefix("torch."),
+            "allocator": self.allocator,
+            "trainable_params": sum(p.numel() for p in self.trainable),
+        }  # fmt: skip
+        meta_path = self.out_dir / RUN_META
+        write_json_atomic(meta_path, run_meta(self, result, contract))
+        newest = checkpoints.list_checkpoints(self.out_dir)[-1:]
+        result["artifacts"] = [str(adapter), str(meta_path), *map(str, newest)]
+        return result
 
 
-def load_adapter(adapter_dir: Path, model_cache: Path) -> tuple[Any, Any]:
-    """A saved adapter on its 4-bit base, in eval mode, with the tokenizer saved beside it."""
-    from peft import PeftModel
-    from transformers import AutoTokenizer
-
-    adapter_dir = Path(adapter_dir)
-    base_name = json.loads((adapter_dir / "adapter_config.json").read_text())[
-        "base_model_name_or_path"
-    ]
-    base_dir = resolve_base_model(base_name, Path(model_cache))
-    device, dtype = device_and_dtype()
-    model = PeftModel.from_pretrained(load_4bit(base_dir, device, dtype), adapter_dir)
-    has_tokenizer = (adapter_dir / "tokenizer_config.json").exists()
-    tokenizer = AutoTokenizer.from_pretrained(adapter_dir if has_tokenizer else base_dir)
-    return model.eval(), tokenizer
-
-
+# ---- the recipe's small parts ------------------------------------------------------------------
 def answer_loss(model: Any, batch: dict[str, Any], device: torch.device) -> torch.Tensor:
     """Summed cross-entropy over the labelled (assistant) tokens; the output head runs on those
     positions only."""
@@ -148,235 +329,9 @@ def answer_loss(model: Any, batch: dict[str, Any], device: torch.device) -> torc
     return F.cross_entropy(logits.float(), targets[keep], reduction="sum")
 
 
-@torch.no_grad()
-def evaluate(model, examples, sequences, micro_batch, pad_id, device) -> float:
-    model.eval()
-    total, count = 0.0, 0
-    for i in range(0, len(sequences), micro_batch):
-        batch = collate(examples, sequences[i : i + micro_batch], pad_id)
-        total += answer_loss(model, batch, device).item()
-        count += batch["label_tokens"]
-    model.train()
-    return total / max(count, 1)
-
-
-def save_adapter(out_dir: Path, model, tokenizer, base_model: str) -> Path:
-    """`adapter/`: the LoRA weights, its config naming the base model as the spec did (so
-    `load_adapter` resolves it through MODEL_CACHE wherever that is), and the tokenizer."""
-
-    def write(folder: Path) -> None:
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        config_path = folder / "adapter_config.json"
-        adapter_config = json.loads(config_path.read_text())
-        adapter_config["base_model_name_or_path"] = base_model
-        config_path.write_text(json.dumps(adapter_config, indent=2) + "\n")
-
-    return checkpoints.write_folder(out_dir / ADAPTER, write)
-
-
-def save_lora(model: Any, folder: Path) -> None:
-    """The LoRA weights alone: a checkpoint's model part (the base model never changes)."""
-    from peft import get_peft_model_state_dict
-    from safetensors.torch import save_file
-
-    lora = get_peft_model_state_dict(model)
-    save_file({k: v.detach().cpu().contiguous() for k, v in lora.items()}, folder / ADAPTER_FILE)
-
-
-def load_lora(model: Any, folder: Path) -> None:
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    set_peft_model_state_dict(model, load_file(folder / ADAPTER_FILE))
-
-
-# ---- the loop ----------------------------------------------------------------------------------
-def train(
-    config: dict[str, Any],
-    corpus_dir: Path,
-    out_dir: Path,
-    callbacks: TrainerCallbacks,
-    *,
-    seed: int,
-    contract: str,
-    probe: bool,
-    model_cache: Path,
-) -> dict[str, Any]:
-    """Train on `corpus_dir/messages.jsonl` (eval on `messages_val.jsonl`); write `out_dir/adapter/`
-    and `out_dir/run_meta.json`; resume from the newest checkpoint in `out_dir/checkpoints/`.
-    `seed` is the run's (it wins over `config["seed"]`); `probe` trains exactly one micro-batch."""
-    from transformers import AutoTokenizer
-
-    started = time.time()
-    unknown = sorted(set(config) - set(DEFAULTS))
-    if unknown:
-        raise StageFailure("bad_input", f"qlora config: unknown key {unknown[0]!r}")
-    cfg = {**DEFAULTS, **config, "seed": seed}
-    corpus_dir, out_dir = Path(corpus_dir), Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    device, dtype = device_and_dtype()
-    reset_peak_vram()
-    allocator = lean_allocator()
-    rss = Rss()
-
-    base_dir = resolve_base_model(cfg["base_model"], Path(model_cache))
-    tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    train_path, val_path = corpus_dir / "messages.jsonl", corpus_dir / "messages_val.jsonl"
-    train_rows = read_messages(train_path)
-    if not train_rows:
-        raise StageFailure(
-            "bad_input", f"{train_path} has no rows: check the corpus (corpus/manifest.json)"
-        )
-    encoded = encode(tokenizer, train_rows, cfg["max_seq_len"])
-    val_encoded = encode(tokenizer, read_messages(val_path)[:EVAL_ROWS], cfg["max_seq_len"])
-    examples, val = encoded.examples, val_encoded.examples
-    if not examples:
-        raise StageFailure(
-            "bad_input",
-            f"no row of {train_path.name} fits qlora.max_seq_len={cfg['max_seq_len']} with its "
-            f"whole answer; the longest row is {encoded.longest} tokens: raise max_seq_len",
-        )
-    lengths = [len(e.ids) for e in examples]
-    val_sequences = plan_epoch([len(e.ids) for e in val], cfg["max_seq_len"], True, seed, -1)
-
-    micro, accum = int(cfg["micro_batch"]), 1 if probe else int(cfg["grad_accum"])
-    per_step = micro * accum  # sequences per optimizer step: the OOM retry keeps it
-    plans: dict[int, list[list[int]]] = {}
-
-    def plan(epoch: int) -> list[list[int]]:
-        if epoch not in plans:
-            plans[epoch] = plan_epoch(lengths, cfg["max_seq_len"], cfg["packing"], seed, epoch)
-        return plans[epoch]
-
-    def steps_in_epoch(epoch: int) -> int:
-        return math.ceil(len(plan(epoch)) / per_step)
-
-    total = int(cfg["max_steps"] or sum(steps_in_epoch(e) for e in range(int(cfg["epochs"]))))
-    total = 1 if probe else total
-
-    torch.manual_seed(seed)  # the LoRA init (a resume restores the RNG from its checkpoint)
-    model = build_model(base_dir, cfg, device, dtype)
-    model.train()
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = make_optimizer(trainable, cfg["lr"], device)
-    warmup = max(1, round(WARMUP_FRACTION * total))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, warmup, total))
-
-    fingerprint = checkpoints.fingerprint(cfg, RESUMABLE_CHANGES, [train_path])
-    counters = {"step": 0, "rows_trained": 0, "tokens_trained": 0, "label_tokens_trained": 0}
-    resume = None if probe else checkpoints.resume_point(out_dir, fingerprint)
-    resumed_from = None
-    if resume is not None:  # the adapter, optimizer, scheduler and RNG as they were at its step
-        load_lora(model, resume)
-        state = checkpoints.load(resume, optimizer, scheduler)
-        counters, resumed_from = {k: state[k] for k in counters}, state["step"]
-
-    evals: list[dict[str, Any]] = []
-
-    def run_eval(step: int) -> None:
-        if val and not probe:
-            loss = evaluate(model, val, val_sequences, micro, pad_id, device)
-            evals.append({"step": step, "loss": loss})
-            callbacks.on_eval(step, loss=loss)
-
-    def checkpoint() -> None:
-        step, lora = counters["step"], partial(save_lora, model)
-        meta = {**counters, "fingerprint": fingerprint, "total_steps": total, "config": cfg}
-        path = checkpoints.save(out_dir, step, lora, optimizer, scheduler, meta)
-        callbacks.on_checkpoint(step, path)
-
-    if resumed_from is None:
-        run_eval(0)
-    step_losses: list[float] = []
-    stopped_by, last_saved = None, resumed_from
-    session_tokens, session_seconds = 0, 0.0
-    while counters["step"] < total:
-        stopped_by = callbacks.should_stop()
-        if not stopped_by and cfg["max_seconds"] and time.time() - started >= cfg["max_seconds"]:
-            stopped_by = "budget"
-        if stopped_by:
-            break
-        step_started = time.time()
-        epoch, index = locate(counters["step"], steps_in_epoch)
-        sequences = plan(epoch)[index * per_step : (index + 1) * per_step]
-        if probe:
-            sequences = sequences[:micro]
-        batches = [
-            collate(examples, sequences[i : i + micro], pad_id)
-            for i in range(0, len(sequences), micro)
-        ]
-        label_tokens = sum(b["label_tokens"] for b in batches)
-        step_loss = 0.0
-        for batch in batches:
-            loss = answer_loss(model, batch, device) / max(label_tokens, 1)
-            rss.sample()
-            loss.backward()
-            step_loss += loss.item()
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-        lr = optimizer.param_groups[0]["lr"]
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        rss.sample()
-
-        tokens = sum(b["tokens"] for b in batches)
-        seconds = time.time() - step_started
-        session_tokens += tokens
-        session_seconds += seconds
-        counters["step"] += 1
-        counters["rows_trained"] += sum(b["rows"] for b in batches)
-        counters["tokens_trained"] += tokens
-        counters["label_tokens_trained"] += label_tokens
-        step_losses.append(step_loss)
-        step = counters["step"]
-        callbacks.on_step(
-            step, total, loss=step_loss, lr=lr, tokens_per_s=tokens / max(seconds, 1e-9),
-            tokens=tokens, seconds=seconds, epoch=epoch,
-            tokens_trained=counters["tokens_trained"],  # the run's `max_tokens` budget reads it
-        )  # fmt: skip
-        if probe:
-            continue
-        if step % cfg["eval_every"] == 0 or step == total:
-            run_eval(step)
-        if step % cfg["checkpoint_every"] == 0 or step == total:
-            checkpoint()
-            last_saved = step
-    if stopped_by and counters["step"] > 0 and last_saved != counters["step"] and not probe:
-        checkpoint()
-
-    adapter = save_adapter(out_dir, model, tokenizer, cfg["base_model"])
-    trained = (session_tokens, session_seconds)
-    result = {
-        **{k: counters[k] for k in ("rows_trained", "tokens_trained", "label_tokens_trained")},
-        "steps": counters["step"], "total_steps": total, "stopped_by": stopped_by,
-        "resumed_from_step": resumed_from, "optimizer_state_step": optimizer_step_count(optimizer),
-        "final_loss": step_losses[-1] if step_losses else None,
-        "first_loss": step_losses[0] if step_losses else None,
-        "eval_loss": evals[-1]["loss"] if evals else None, "evals": evals,
-        "rows_truncated": encoded.truncated, "rows_dropped": encoded.dropped,
-        "data": {"max_seq_len": cfg["max_seq_len"], "train": encoded.counts(),
-                 "val": val_encoded.counts()},
-        "tokens_per_s": trained[0] / trained[1] if trained[1] else None,
-        "seconds": time.time() - started,
-        "peak_rss_bytes": rss.peak,
-        "peak_rss_process_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "peak_vram_bytes": peak_vram(),
-        "device": device.type, "compute_dtype": str(dtype).removeprefix("torch."),
-        "allocator": allocator,
-        "trainable_params": sum(p.numel() for p in trainable),
-    }  # fmt: skip
-    meta = run_meta(cfg, result, contract, base_dir, corpus_dir, train_path, val_path, probe)
-    meta_path = out_dir / RUN_META
-    meta_path.write_text(json.dumps(meta, indent=2, default=str) + "\n")
-    newest = checkpoints.list_checkpoints(out_dir)[-1:]
-    result["artifacts"] = [str(adapter), str(meta_path), *map(str, newest)]
-    return result
-
-
-# ---- the loop's small parts --------------------------------------------------------------------
-def make_optimizer(params: list[torch.nn.Parameter], lr: float, device: torch.device):
+def make_optimizer(
+    params: list[torch.nn.Parameter], lr: float, device: torch.device
+) -> torch.optim.Optimizer:
     """AdamW; on CUDA bitsandbytes' paged 8-bit AdamW (its state pages out instead of OOMing)."""
     if device.type == "cuda":
         import bitsandbytes as bnb
@@ -393,7 +348,7 @@ def lr_factor(step: int, warmup: int, total: int) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
-def locate(step: int, steps_in_epoch) -> tuple[int, int]:
+def locate(step: int, steps_in_epoch: Callable[[int], int]) -> tuple[int, int]:
     """(epoch, step within it) of global `step`; past the configured epochs (a `max_steps` longer
     than `epochs`) the data keeps cycling in fresh epochs."""
     epoch = 0
@@ -402,22 +357,24 @@ def locate(step: int, steps_in_epoch) -> tuple[int, int]:
     return epoch, step
 
 
-def optimizer_step_count(optimizer) -> int | None:
+def optimizer_step_count(optimizer: torch.optim.Optimizer) -> int | None:
     return next((int(st["step"]) for st in optimizer.state.values() if "step" in st), None)
 
 
-def run_meta(cfg, result, contract, base_dir, corpus_dir, train_path, val_path, probe) -> dict:
+def run_meta(recipe: QloraRecipe, result: dict[str, Any], contract: str) -> dict[str, Any]:
     import bitsandbytes
     import peft
     import transformers
 
+    cfg, corpus_dir = recipe.cfg, recipe.corpus_dir
     manifest = corpus_dir / "manifest.json"
     corpus_hash = json.loads(manifest.read_text()).get("corpus_hash") if manifest.exists() else None
+    splits = (("train", recipe.train_path), ("val", recipe.val_path))
     return {
         "trainer": "qlora",
         "hyperparameters": cfg,
         "resolved": {
-            "base_model_dir": str(base_dir), "device": result["device"],
+            "base_model_dir": str(recipe.base_dir), "device": result["device"],
             "quantization": "4-bit nf4, double quant (bitsandbytes)",
             "compute_dtype": result["compute_dtype"], "gradient_checkpointing": True,
             "allocator": result["allocator"],
@@ -427,10 +384,10 @@ def run_meta(cfg, result, contract, base_dir, corpus_dir, train_path, val_path, 
             "over_max_seq_len": "prompt's beginning cut; dropped when the answer does not fit",
             "eval_rows": EVAL_ROWS, "total_steps": result["total_steps"],
         },
-        "seed": cfg["seed"], "contract": contract, "probe": probe, "corpus_hash": corpus_hash,
+        "seed": cfg["seed"], "contract": contract, "probe": recipe.probe,
+        "corpus_hash": corpus_hash,
         "messages_sha256": {
-            split: sha256_file(path) if path.exists() else ""
-            for split, path in (("train", train_path), ("val", val_path))
+            split: sha256_file(path) if path.exists() else "" for split, path in splits
         },
         "versions": {
             "python": platform.python_version(),

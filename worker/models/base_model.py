@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fcntl
 import importlib.util
-import json
 import os
 import shutil
 import tempfile
@@ -21,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from core.rundir import write_json_atomic
 from worker.context import StageFailure
 
 BUILTIN = "smollm2-135m-instruct"
@@ -120,7 +120,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
         "seconds": round(time.time() - started, 2),
         "pid": os.getpid(),
     }
-    (out / CONVERTED_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    write_json_atomic(out / CONVERTED_MARKER, marker)
 
 
 def _has_weights(folder: Path) -> bool:
