@@ -27,14 +27,13 @@ from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
-from core.rundir import CHUNK, atomic_file, sha256_file
+from core.rundir import ARTIFACT_SYNC_STATE, CHUNK, EVENTS, atomic_file, sha256_file
 from core.settings import Settings
 
 log = logging.getLogger("trm.worker")
 
-STATE_FILE = ".artifact-sync.json"
 # Written by the publisher on every host that publishes; the API host keeps its own copy.
-LOCAL_ONLY = frozenset({"events.jsonl"})
+LOCAL_ONLY = frozenset({EVENTS})
 ATTEMPTS = 3
 BACKOFF_S = 0.5
 TIMEOUT_S = 60.0
@@ -71,7 +70,7 @@ def sync_stage(
     result = SyncResult(target=target)
     if target is None or not run_dir.is_dir():
         return result
-    state_path = run_dir / STATE_FILE
+    state_path = run_dir / ARTIFACT_SYNC_STATE
     state = _load_state(state_path)
     sender = _HttpSender(target, settings) if target.startswith("http") else _FolderSender(target)
     try:

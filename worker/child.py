@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import importlib
 import json
 import os
 import shutil
@@ -23,16 +22,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.card import Card
 from core.db import make_engine
 from core.events import Publisher
 from core.redisconn import sync_redis
-from core.rundir import write_json_atomic
+from core.rundir import CHILD_LOG, CHILD_OUTCOME, CHILD_PAYLOAD, write_json_atomic
 from core.settings import Settings
 from worker.context import FENCED, LeaseMoved, StageContext, StageFailure
+from worker.kinds import KINDS
+from worker.kinds.base import StageFn
 from worker.train.memory import CHILD_ENV
 
-PAYLOAD = ".child.json"
 EXIT_DISK_FULL = 28  # the child could not write its outcome: no space left (errno 28)
 EXIT_NO_OUTCOME = 27  # the child could not write its outcome for another OS reason
 EXIT_FENCED = 29  # the run moved to a later attempt: the child stopped and wrote nothing
@@ -42,21 +41,13 @@ FENCED_OUTCOME: dict[str, Any] = {
     "reason": "the run moved to a later attempt; this attempt stopped without writing",
     "stop_reason": FENCED,
 }
-OUTCOME = ".outcome.json"
 STOP_SIGNALS = {"cancel": signal.SIGTERM, "shutdown": signal.SIGUSR1, FENCED: signal.SIGUSR2}
-# Never written to the payload file (it lies in the run dir); the child gets them in its env.
-SECRET_SETTINGS = {"api_token", "database_url", "redis_url"}
 
 
-def load_ref(ref: str) -> Callable[[StageContext, dict[str, Any]], dict[str, Any] | None]:
-    module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def run_stage(fn_ref: str, ctx: StageContext) -> dict[str, Any]:
+def run_stage(fn: StageFn, ctx: StageContext) -> dict[str, Any]:
     """Call the stage and turn what happens into an outcome record (used in both processes)."""
     try:
-        result = load_ref(fn_ref)(ctx, ctx.spec) or {}
+        result = fn(ctx, ctx.spec) or {}
         outcome: dict[str, Any] = {"ok": True, "result": result}
     except LeaseMoved:
         return dict(FENCED_OUTCOME)
@@ -88,35 +79,24 @@ def run_stage(fn_ref: str, ctx: StageContext) -> dict[str, Any]:
 class ChildStage:
     """Parent side: start the child, signal it, and read its outcome."""
 
-    def __init__(self, ctx: StageContext, ref: str, lease_token: int | None = None) -> None:
-        self.ctx, self.ref, self.lease_token = ctx, ref, lease_token
+    def __init__(self, ctx: StageContext, lease_token: int | None = None) -> None:
+        self.ctx, self.lease_token = ctx, lease_token
         self.proc: subprocess.Popen[bytes] | None = None
         self.signalled: str | None = None
 
     def start(self) -> int:
+        """Start `python -m worker.child`; it runs the stage `(ctx.kind, ctx.stage)` of KINDS."""
         stage_dir = self.ctx.stage_dir
-        (stage_dir / OUTCOME).unlink(missing_ok=True)
+        (stage_dir / CHILD_OUTCOME).unlink(missing_ok=True)
         payload = {
-            "ref": self.ref,
+            **self.ctx.to_payload(),
             "parent_pid": os.getpid(),
             "lease_token": self.lease_token,
-            "run_id": self.ctx.run_id,
-            "kind": self.ctx.kind,
-            "stage": self.ctx.stage,
-            "attempt": self.ctx.attempt,
-            "run_dir": str(self.ctx.run_dir),
-            "settings": self.ctx.settings.model_dump(mode="json", exclude=SECRET_SETTINGS),
-            "card": self.ctx.card.model_dump(),
-            "spec": self.ctx.spec,
-            "deadline": self.ctx.deadline,
-            "percent_base": self.ctx.percent_base,
-            "percent_span": self.ctx.percent_span,
-            "run_started": self.ctx.run_started,
         }
-        write_json_atomic(stage_dir / PAYLOAD, payload)
-        log = open(stage_dir / "child.log", "ab")  # noqa: SIM115 (the child owns it)
+        write_json_atomic(stage_dir / CHILD_PAYLOAD, payload)
+        log = open(stage_dir / CHILD_LOG, "ab")  # noqa: SIM115 (the child owns it)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "worker.child", str(stage_dir / PAYLOAD)],
+            [sys.executable, "-m", "worker.child", str(stage_dir / CHILD_PAYLOAD)],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -152,7 +132,7 @@ class ChildStage:
         code = self.proc.wait()
         if code == EXIT_FENCED:  # an outcome file there now is the new attempt's
             return dict(FENCED_OUTCOME)
-        path = self.ctx.stage_dir / OUTCOME
+        path = self.ctx.stage_dir / CHILD_OUTCOME
         if path.exists():
             return json.loads(path.read_text())
         if code == EXIT_DISK_FULL or (code > 0 and _disk_full(self.ctx.stage_dir)):
@@ -166,7 +146,7 @@ class ChildStage:
         if code < 0:
             sig = signal.Signals(-code).name
             why = "stopped by the worker" if self.signalled else "killed"
-            hint = " (out of memory? see child.log)" if -code == signal.SIGKILL else ""
+            hint = f" (out of memory? see {CHILD_LOG})" if -code == signal.SIGKILL else ""
             return {
                 "ok": False,
                 "failure_class": "crash",
@@ -177,7 +157,7 @@ class ChildStage:
             "ok": False,
             "failure_class": "crash",
             "reason": f"stage process exited with code {code} without an outcome; see "
-            f"{self.ctx.stage}/child.log",
+            f"{self.ctx.stage}/{CHILD_LOG}",
             "stop_reason": self.signalled,
         }
 
@@ -240,30 +220,16 @@ def main(payload_path: str) -> int:
         engine, sync_redis(settings), settings, retry_s=settings.db_retry_s, fence=token,
         on_fenced=lambda: setattr(ctx, "stop_reason", FENCED),
     )  # fmt: skip
-    ctx = StageContext(
-        run_id=payload["run_id"],
-        kind=payload["kind"],
-        stage=payload["stage"],
-        attempt=payload["attempt"],
-        run_dir=Path(payload["run_dir"]),
-        settings=settings,
-        publisher=publisher,
-        card=Card(**payload["card"]),
-        spec=payload["spec"],
-        deadline=payload["deadline"],
-        percent_base=payload["percent_base"],
-        percent_span=payload["percent_span"],
-        run_started=payload["run_started"],
-    )
+    ctx = StageContext.from_payload(payload, settings, publisher)
     for reason, sig in STOP_SIGNALS.items():
         signal.signal(sig, _stopper(ctx, reason))
     if token is not None:
         threading.Thread(target=_fence, args=(ctx, engine, token), daemon=True).start()
-    outcome = run_stage(payload["ref"], ctx)
+    outcome = run_stage(KINDS[ctx.kind].stage(ctx.stage).fn, ctx)
     if ctx.stop_reason == FENCED:  # the stage dir is the new attempt's: leave it alone
         return EXIT_FENCED
     try:
-        write_json_atomic(ctx.stage_dir / OUTCOME, outcome)
+        write_json_atomic(ctx.stage_dir / CHILD_OUTCOME, outcome)
     except OSError as exc:  # nowhere to write it: the exit code carries what happened
         return EXIT_DISK_FULL if exc.errno == errno.ENOSPC else EXIT_NO_OUTCOME
     return 0

@@ -1,7 +1,8 @@
 """What a stage function gets (SPEC §2: `(context, spec) -> dict`): its folders, a progress
 callback that feeds the card and `metric` events, and `should_stop()` for cancel and budget.
 
-The same object works in the worker process and in a stage's child process.
+The same object works in the worker process and in a stage's child process: `to_payload()` is
+what the child is given, `from_payload()` rebuilds the context there.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from core.settings import Settings
 
 CARD_EVERY_S = 0.25
 FENCED = "fenced"  # the stop reason of an attempt whose run has moved on to a later attempt
+# Never in a payload (it is a file in the run dir); a stage's child gets them in its environment.
+SECRET_SETTINGS = {"api_token", "database_url", "redis_url"}
 
 
 class LeaseMoved(BaseException):
@@ -60,6 +63,44 @@ class StageContext:
     run_started: float = field(default_factory=time.time)  # this attempt's start, for `elapsed`
     _last_card: float = 0.0
     _first_step: tuple[int, float] | None = None
+
+    def to_payload(self) -> dict[str, Any]:
+        """This context as JSON for a stage's child process, without the secret settings."""
+        return {
+            "run_id": self.run_id,
+            "kind": self.kind,
+            "stage": self.stage,
+            "attempt": self.attempt,
+            "run_dir": str(self.run_dir),
+            "settings": self.settings.model_dump(mode="json", exclude=SECRET_SETTINGS),
+            "card": self.card.model_dump(),
+            "spec": self.spec,
+            "deadline": self.deadline,
+            "percent_base": self.percent_base,
+            "percent_span": self.percent_span,
+            "run_started": self.run_started,
+        }
+
+    @classmethod
+    def from_payload(
+        cls, payload: dict[str, Any], settings: Settings, publisher: Publisher
+    ) -> StageContext:
+        """The context `to_payload()` described, with the child's own settings and publisher."""
+        return cls(
+            run_id=payload["run_id"],
+            kind=payload["kind"],
+            stage=payload["stage"],
+            attempt=payload["attempt"],
+            run_dir=Path(payload["run_dir"]),
+            settings=settings,
+            publisher=publisher,
+            card=Card(**payload["card"]),
+            spec=payload["spec"],
+            deadline=payload["deadline"],
+            percent_base=payload["percent_base"],
+            percent_span=payload["percent_span"],
+            run_started=payload["run_started"],
+        )
 
     @property
     def stage_dir(self) -> Path:

@@ -2,16 +2,19 @@
 
 Read top to bottom: `execute` → `_claim` → `_run_stages` (each stage inline or in a child
 process, each recorded by the StageRecorder) → `_finish` (status, summary.json, usage).
+
+It knows no kind: the stages, the dry run, the card's `data` line and the kind's own fields of
+summary.json all come from the kind's entry in `worker.kinds.KINDS`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sqlmodel import col, select
@@ -20,13 +23,13 @@ from core.card import Card, measure_ram, write_snapshot
 from core.db import retrying
 from core.events import Publisher
 from core.models import Run, Stage, utcnow
-from core.rundir import write_json_atomic
+from core.rundir import MANIFEST, SNAPSHOT, SUMMARY, write_json_atomic
 from core.runstate import set_status
 from core.settings import Settings
 from worker.artifact_sync import sync_stage
-from worker.child import ChildStage, load_ref, run_stage
+from worker.child import ChildStage, run_stage
 from worker.context import FENCED, StageContext, StageFailure
-from worker.kinds import KINDS, PLANNERS, StageDef
+from worker.kinds import KINDS, StageDef
 from worker.lease import Lease
 from worker.manifests import StageRecorder
 from worker.usage import Usage
@@ -41,14 +44,6 @@ class Ending:
     failure_class: str | None = None
     reason: str | None = None
     stopped_by: str | None = None
-
-
-def data_source(spec: dict[str, Any]) -> str | None:
-    """What the card's `data` line shows: the corpus sources, or the bench."""
-    sources = (spec.get("corpus") or {}).get("sources") or []
-    if sources:
-        return ",".join(str(s.get("name")) for s in sources)
-    return spec.get("bench")
 
 
 class _MovedOn(Exception):
@@ -119,11 +114,27 @@ class Runner:
             worker=self.worker_id,
             trainer=run.spec.get("trainer"),
         )
-        base.setdefault("data_source", data_source(run.spec))
+        base.setdefault("data_source", KINDS[run.kind].data_source(run.spec))
         return Card(**{k: v for k, v in base.items() if k in Card.model_fields})
 
+    def _context(self, run: Run, stage: str, card: Card, **progress: Any) -> StageContext:
+        """The context a stage of this run gets; `progress`: its deadline, its share of the
+        percent bar and the attempt's start."""
+        return StageContext(
+            run_id=run.id,
+            kind=run.kind,
+            stage=stage,
+            attempt=run.attempt,
+            run_dir=self.settings.run_dir(run.id),
+            settings=self.settings,
+            publisher=self.publisher,
+            card=card,
+            spec=run.spec,
+            **progress,
+        )
+
     def _run_stages(self, run: Run, lease: Lease, usage: Usage) -> Ending:
-        stages = KINDS[run.kind]
+        stages = KINDS[run.kind].stages
         recorder = StageRecorder(self.publisher, run.id, self.settings.run_dir(run.id), run.attempt)
         done = self._completed_stages(run.id)
         card = self._card(run)
@@ -145,16 +156,10 @@ class Runner:
                 recorder.mark(stage.name, position, "skipped", f"not run: run {ending.status}{by}")
                 continue
             card.phase, card.percent, card.step, card.total_steps = stage.name, percent, None, None
-            ctx = StageContext(
-                run_id=run.id,
-                kind=run.kind,
-                stage=stage.name,
-                attempt=run.attempt,
-                run_dir=self.settings.run_dir(run.id),
-                settings=self.settings,
-                publisher=self.publisher,
-                card=card,
-                spec=run.spec,
+            ctx = self._context(
+                run,
+                stage.name,
+                card,
                 deadline=deadline,
                 percent_base=percent,
                 percent_span=span,
@@ -202,13 +207,12 @@ class Runner:
         return Ending("completed", stopped_by="budget")
 
     def _run_one(self, stage: StageDef, ctx: StageContext, lease: Lease) -> dict[str, Any]:
-        assert stage.ref is not None, f"stage {stage.name} is not built"
         if not stage.in_child:
             ctx.stop_probe = lambda: (
                 FENCED if lease.lost.is_set() else self._stop_reason(lease, None)
             )
-            return run_stage(stage.ref, ctx)
-        child = ChildStage(ctx, stage.ref, lease.token)
+            return run_stage(stage.fn, ctx)
+        child = ChildStage(ctx, lease.token)
         lease.pids.append(child.start())
         signalled_at: float | None = None
         stall_s = self.settings.stall_s
@@ -242,8 +246,6 @@ class Runner:
         ctx: StageContext,
         outcome: dict[str, Any],
     ) -> Ending | None:
-        from pathlib import Path
-
         manifest["counters"] = outcome.get("counters", {})
         manifest["notes"] = outcome.get("notes", [])
         if outcome.get("ok") and isinstance(outcome.get("result"), dict) and outcome["result"]:
@@ -274,23 +276,14 @@ class Runner:
 
     # -- dry run -------------------------------------------------------------------------------
     def _dry_run(self, run: Run) -> Ending:
+        kind = KINDS[run.kind]
         recorder = StageRecorder(self.publisher, run.id, self.settings.run_dir(run.id), run.attempt)
-        ctx = StageContext(
-            run_id=run.id,
-            kind=run.kind,
-            stage="dry_run",
-            attempt=run.attempt,
-            run_dir=self.settings.run_dir(run.id),
-            settings=self.settings,
-            publisher=self.publisher,
-            card=self._card(run),
-            spec=run.spec,
-        )
+        ctx = self._context(run, "dry_run", self._card(run))
         try:
-            plans: dict[str, str] = load_ref(PLANNERS[run.kind])(ctx, run.spec) or {}
+            plans: dict[str, str] = kind.plan(ctx, run.spec) or {}
         except StageFailure as exc:
             return Ending("failed", exc.failure_class, f"dry run: {exc.reason}")
-        for position, stage in enumerate(KINDS[run.kind]):
+        for position, stage in enumerate(kind.stages):
             recorder.mark(stage.name, position, "planned", plans.get(stage.name))
         run_dir = self.settings.run_dir(run.id)
         sync_stage(self.settings, run.id, run_dir, None, publisher=self.publisher)
@@ -310,13 +303,13 @@ class Runner:
         }
         # summary.json is on disk before the terminal status is visible to anyone (SSE, webhooks).
         run_dir = self.settings.run_dir(run.id)
-        summary = run_dir / "summary.json"
+        summary = run_dir / SUMMARY
         try:
             write_json_atomic(summary, self._summary(run, ending, usage))
         except OSError as exc:  # a full disk must not leave the run without its end
-            log.warning("run %s: summary.json not written: %s", run.id, exc)
+            log.warning("run %s: %s not written: %s", run.id, SUMMARY, exc)
             if ending.status == "completed":
-                ending = Ending("failed", "internal", f"could not write summary.json: {exc}")
+                ending = Ending("failed", "internal", f"could not write {SUMMARY}: {exc}")
                 fields.update(failure_class="internal", failure_reason=ending.reason)
                 if attempts:
                     attempts[-1]["outcome"] = "failed"
@@ -345,7 +338,7 @@ class Runner:
         try:
             write_snapshot(card, run_dir)
         except OSError as exc:
-            log.warning("run %s: progress.snapshot.json not written: %s", run.id, exc)
+            log.warning("run %s: %s not written: %s", run.id, SNAPSHOT, exc)
         sync_stage(self.settings, run.id, run_dir, None, publisher=self.publisher)
 
     def _summary(self, run: Run, ending: Ending, usage: Usage) -> dict[str, Any]:
@@ -365,15 +358,13 @@ class Runner:
             "failure_reason": ending.reason if ending.status != "completed" else None,
             "stopped_by": ending.stopped_by,
             "stages": [
-                {"name": s.name, "status": s.status, "manifest": f"{s.name}/manifest.json"}
+                {"name": s.name, "status": s.status, "manifest": f"{s.name}/{MANIFEST}"}
                 for s in stages
             ],
             "usage": usage.as_dict(),
             "finished_at": utcnow().isoformat(),
         }
-        search = self.settings.run_dir(run.id) / "search_summary.json"
-        if search.exists():
-            summary["search"] = json.loads(search.read_text())
+        summary.update(KINDS[run.kind].summary(self.settings.run_dir(run.id)))
         if ending.stopped_by == "budget" and budget:
             summary["budget_overshoot_s"] = round(max(0.0, usage.wall_seconds - budget), 3)
         return summary

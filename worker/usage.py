@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.kinds import StageDef
+from worker.kinds.base import StageDef
 
 WORK_COUNTERS = (
     "rows_trained",

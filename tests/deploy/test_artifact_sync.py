@@ -14,10 +14,11 @@ import pytest
 import uvicorn
 
 from app.main import create_app
-from core.runs import create_run
+from core.rundir import ARTIFACT_SYNC_STATE
+from core.runs import submit_run
 from core.settings import Settings
 from tests.conftest import Service, free_port, wait_for
-from worker.artifact_sync import STATE_FILE, sync_stage
+from worker.artifact_sync import sync_stage
 
 SHA = "X-Content-SHA256"
 
@@ -57,7 +58,7 @@ def _run_id(settings: Settings) -> str:
     from core.events import Publisher
 
     publisher = Publisher(get_engine(settings), None, settings)
-    run, _ = create_run(publisher, settings, {"kind": "selftest", "steps": 1}, None)
+    run, _ = submit_run(publisher, settings, {"kind": "selftest", "steps": 1}, None, queue=False)
     return run.id
 
 
@@ -126,8 +127,10 @@ def test_sync_sends_changed_files_once_and_keeps_local_only_ones(
 
     api_dir = migrated.run_dir(run_id)
     assert (api_dir / "prepare" / "manifest.json").read_text() == '{"status": "completed"}'
-    assert not (api_dir / ".checkpoint.tmp").exists() and not (api_dir / STATE_FILE).exists()
-    assert (worker_dir / STATE_FILE).exists()
+    assert (
+        not (api_dir / ".checkpoint.tmp").exists() and not (api_dir / ARTIFACT_SYNC_STATE).exists()
+    )
+    assert (worker_dir / ARTIFACT_SYNC_STATE).exists()
 
 
 def test_sync_to_a_shared_folder_url(migrated: Settings, tmp_path: Path) -> None:
@@ -154,7 +157,7 @@ def test_two_workers_with_their_own_runs_dirs_both_serve_artifacts_from_the_api(
     dirs = {}
     for queue in ("gpu", "cpu"):
         dirs[queue] = tmp_path / f"host-{queue}" / "runs"
-        service._spawn(
+        service.spawn(
             f"worker-{queue}",
             "worker",
             "--queues",

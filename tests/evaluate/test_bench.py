@@ -12,7 +12,7 @@ import pytest
 from core.card import Card
 from core.settings import Settings
 from worker.context import StageContext, StageFailure
-from worker.evaluate import bench
+from worker.kinds import bench
 
 
 class Events:

@@ -10,9 +10,9 @@ from core.schemas.corpus import CorpusSpec
 from worker.corpus import build_corpus
 from worker.envs import generate
 from worker.evaluate import scorecard as sc
+from worker.evaluate.anchors import anchor_rows, evaluate_policy
 from worker.evaluate.policies import ConstantPolicy, TablePolicy
 from worker.evaluate.samples import SampleCache, read_jsonl, run_sample_cache, score_rows
-from worker.evaluate.stage import anchor_rows, evaluate_policy
 
 
 @pytest.fixture(scope="module")

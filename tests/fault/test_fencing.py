@@ -15,10 +15,11 @@ from core.db import make_engine
 from core.events import Publisher
 from core.models import Event, Run
 from core.redisconn import sync_redis
-from core.runs import create_run
+from core.rundir import CHILD_OUTCOME
+from core.runs import submit_run
 from core.settings import Settings
 from tests.conftest import wait_for
-from worker.child import EXIT_FENCED, OUTCOME, ChildStage
+from worker.child import EXIT_FENCED, ChildStage
 from worker.context import FENCED, StageContext
 
 LOOP = {"kind": "selftest", "steps": 400, "step_seconds": 0.05, "checkpoint_every": 1000}
@@ -28,7 +29,7 @@ def test_a_fenced_stage_child_stops_without_writing(migrated: Settings) -> None:
     settings = migrated.model_copy(update={"heartbeat_s": 0.2})
     engine = make_engine(settings.database_url)
     publisher = Publisher(engine, sync_redis(settings), settings)
-    run, _ = create_run(publisher, settings, LOOP, None)
+    run, _ = submit_run(publisher, settings, LOOP, None, queue=False)
     with Session(engine) as session:  # this worker's claim: attempt 1, lease token 1
         session.execute(
             sa.update(Run).where(col(Run.id) == run.id).values(status="running", lease_token=1)
@@ -45,7 +46,7 @@ def test_a_fenced_stage_child_stops_without_writing(migrated: Settings) -> None:
         card=Card(run_id=run.id, kind="selftest"),
         spec=run.spec,
     )
-    child = ChildStage(ctx, "worker.stages.selftest:loop", lease_token=1)
+    child = ChildStage(ctx, lease_token=1)
     child.start()
 
     def steps() -> list[int]:
@@ -69,7 +70,7 @@ def test_a_fenced_stage_child_stops_without_writing(migrated: Settings) -> None:
     assert time.monotonic() - moved_at < 5
     assert child.outcome()["stop_reason"] == FENCED
     stage_dir = ctx.run_dir / "loop"
-    assert not (stage_dir / OUTCOME).exists(), "the fenced child wrote its outcome"
+    assert not (stage_dir / CHILD_OUTCOME).exists(), "the fenced child wrote its outcome"
     assert not (stage_dir / "checkpoint.json").exists(), "the fenced child saved a checkpoint"
     assert len(steps()) == seen, "the fenced child's steps were stored after the move"
     engine.dispose()

@@ -1,8 +1,4 @@
-"""A search on the real service: real API, real workers, real child `train` runs (trm on CPU).
-
-These need the hillclimb stages and the train kind's evaluate stage registered in
-worker/kinds.py; until then they are skipped, saying so.
-"""
+"""A search on the real service: real API, real workers, real child `train` runs (trm on CPU)."""
 
 from __future__ import annotations
 

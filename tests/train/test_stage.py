@@ -1,5 +1,5 @@
-"""The `launch_trainer` stage: it runs the resolved trainer, records usage, inputs and outputs,
-retries an out-of-memory once at half the micro-batch, and names what went wrong."""
+"""The train kind's `launch_trainer` stage: it runs the resolved trainer, records usage, inputs and
+outputs, retries an out-of-memory once at half the micro-batch, and names what went wrong."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from core.card import Card
 from core.settings import Settings
 from tests.train.qlora_fixtures import TINY_LLAMA, model_cache, qlora_corpus  # noqa: F401
 from worker.context import StageContext, StageFailure
+from worker.evaluate.policies import load_policy
+from worker.kinds.train import launch_trainer
 from worker.train import trm
-from worker.train.stage import launch_trainer
 
 # ruff: noqa: F811 (pytest fixtures imported above are named as test arguments)
 
@@ -43,31 +44,34 @@ def make_ctx(
     trainer: str = "trm",
     model_cache: Path | None = None,
 ) -> StageContext:
-    run_dir = tmp_path / "run"
+    """Run r1's context; its corpus folder (where prepare_corpus writes it) is `corpus_dir`."""
+    settings = Settings(runs_dir=tmp_path, model_cache=model_cache or tmp_path / "models")
+    run_dir = settings.run_dir("r1")
     run_dir.mkdir(parents=True, exist_ok=True)
-    resolved = {
-        "run_id": "r1", "trainer": trainer, "config": config, "contract": "action_only",
-        "corpus_dir": str(corpus_dir), "corpus_hash": None,
-        "output_dir": str(run_dir / "trainer"), "seed": 0, "probe": probe,
-        "budget": budget or {}, "model_cache": str(model_cache or tmp_path / "models"),
+    corpus = run_dir / "corpus"
+    if not corpus.is_symlink():
+        corpus.symlink_to(corpus_dir, target_is_directory=True)
+    spec = {
+        "kind": "train", "trainer": trainer, trainer: config,
+        "corpus": {"sources": [], "contract": "action_only"},
+        "seed": 0, "probe": probe, "budget": budget or {},
     }  # fmt: skip
-    (run_dir / "trainer_config.resolved.json").write_text(json.dumps(resolved))
     return StageContext(
         run_id="r1",
         kind="train",
         stage="launch_trainer",
         attempt=1,
         run_dir=run_dir,
-        settings=Settings(runs_dir=tmp_path, model_cache=tmp_path / "models"),
+        settings=settings,
         publisher=Events(),  # type: ignore[arg-type]
         card=Card(run_id="r1", kind="train"),
-        spec={},
+        spec=spec,
     )
 
 
 def test_probe_trains_exactly_one_batch_end_to_end(tmp_path: Path, route_corpus: Path) -> None:
     ctx = make_ctx(tmp_path, route_corpus, {"batch_size": 16}, probe=True)
-    result = launch_trainer(ctx, {})
+    result = launch_trainer(ctx, ctx.spec)
     assert result["steps"] == 1 and result["rows_trained"] == 16
     assert ctx.publisher.steps() == [1]  # type: ignore[attr-defined]
     assert ctx.counters["steps"] == 1 and ctx.counters["rows_trained"] == 16
@@ -76,10 +80,24 @@ def test_probe_trains_exactly_one_batch_end_to_end(tmp_path: Path, route_corpus:
     assert ctx.counters["oom_retries"] == 0
     trainer = ctx.run_dir / "trainer"
     assert trainer / "model.safetensors" in ctx.outputs and trainer / "vocab.json" in ctx.outputs
-    assert route_corpus / "train.jsonl" in ctx.inputs
+    assert ctx.run_dir / "corpus" / "train.jsonl" in ctx.inputs
     assert not (trainer / "checkpoints").exists()  # a probe leaves nothing to resume from
     json.dumps(result)
-    assert trm.load_trm(trainer).act('{"x": 1}', ["a", "b"]) in ("a", "b")
+    trained = load_policy({"type": "trm", "path": str(trainer)})
+    assert trained.act('{"x": 1}', ["a", "b"]) in ("a", "b")
+
+
+def test_the_resolved_config_file_in_the_run_dir_does_not_steer_the_trainer(
+    tmp_path: Path, route_corpus: Path
+) -> None:
+    ctx = make_ctx(tmp_path, route_corpus, {"batch_size": 16}, probe=True)
+    elsewhere = tmp_path / "elsewhere"
+    planted = {"trainer": "qlora", "config": {}, "corpus_dir": str(tmp_path / "nowhere"),
+               "output_dir": str(elsewhere), "model_cache": str(elsewhere)}  # fmt: skip
+    (ctx.run_dir / "trainer_config.resolved.json").write_text(json.dumps(planted))
+    result = launch_trainer(ctx, ctx.spec)
+    assert result["steps"] == 1 and (ctx.run_dir / "trainer" / "model.safetensors").is_file()
+    assert not elsewhere.exists()
 
 
 # A real out-of-memory cannot be produced on this CPU-only machine: the trainer is wrapped to
@@ -111,7 +129,7 @@ def test_out_of_memory_retries_once_at_half_the_batch_and_twice_the_accumulation
 ) -> None:
     calls = oom_first(monkeypatch, make_error)
     ctx = make_ctx(tmp_path, route_corpus, {"batch_size": 32, "max_steps": 2, "hidden": 16})
-    result = launch_trainer(ctx, {})
+    result = launch_trainer(ctx, ctx.spec)
     assert [(c["batch_size"], c["grad_accum"]) for c in calls] == [(32, 1), (16, 2)]
     assert result["steps"] == 2 and result["rows_trained"] == 2 * 32  # same effective batch
     assert (result["micro_batch"], result["grad_accum"]) == (16, 2)
@@ -126,7 +144,7 @@ def test_a_second_out_of_memory_fails_with_class_oom_and_what_to_change(
     calls = oom_first(monkeypatch, OOMS[0], times=2)
     ctx = make_ctx(tmp_path, route_corpus, {"batch_size": 8})
     with pytest.raises(StageFailure) as failure:
-        launch_trainer(ctx, {})
+        launch_trainer(ctx, ctx.spec)
     assert failure.value.failure_class == "oom" and len(calls) == 2
     assert "batch_size=4" in failure.value.reason and "trm.batch_size" in failure.value.reason
 
@@ -135,8 +153,9 @@ def test_other_errors_are_not_retried(
     tmp_path: Path, route_corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = oom_first(monkeypatch, lambda: ValueError("a bug"), times=5)
+    ctx = make_ctx(tmp_path, route_corpus, {})
     with pytest.raises(ValueError, match="a bug"):
-        launch_trainer(make_ctx(tmp_path, route_corpus, {}), {})
+        launch_trainer(ctx, ctx.spec)
     assert len(calls) == 1
 
 
@@ -144,15 +163,17 @@ def test_an_empty_corpus_is_bad_input_saying_where_to_look(tmp_path: Path) -> No
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "train.jsonl").write_text("")
+    ctx = make_ctx(tmp_path, corpus, {})
     with pytest.raises(StageFailure) as failure:
-        launch_trainer(make_ctx(tmp_path, corpus, {}), {})
+        launch_trainer(ctx, ctx.spec)
     assert failure.value.failure_class == "bad_input"
     assert "no rows" in failure.value.reason and "manifest.json" in failure.value.reason
 
 
 def test_a_missing_corpus_is_bad_input(tmp_path: Path) -> None:
+    ctx = make_ctx(tmp_path, tmp_path / "nowhere", {})
     with pytest.raises(StageFailure) as failure:
-        launch_trainer(make_ctx(tmp_path, tmp_path / "nowhere", {}), {})
+        launch_trainer(ctx, ctx.spec)
     assert failure.value.failure_class == "bad_input" and "train.jsonl" in failure.value.reason
 
 
@@ -160,7 +181,7 @@ def test_token_budget_stops_training_and_keeps_a_checkpoint(
     tmp_path: Path, route_corpus: Path
 ) -> None:
     ctx = make_ctx(tmp_path, route_corpus, {"hidden": 16}, budget={"max_tokens": 1})
-    result = launch_trainer(ctx, {})
+    result = launch_trainer(ctx, ctx.spec)
     assert result["stopped_by"] == "budget" and result["steps"] == 1
     assert (ctx.run_dir / "trainer" / "checkpoints" / "step-000001").is_dir()
     assert any("stopped by budget" in n for n in ctx.notes)
@@ -173,11 +194,11 @@ def test_a_resumed_qlora_attempt_and_its_cut_rows_show_in_the_stage_counters(
               "max_steps": 3, "checkpoint_every": 10, "eval_every": 10}  # fmt: skip
     first = make_ctx(tmp_path, qlora_corpus, config, trainer="qlora", model_cache=model_cache,
                      budget={"max_tokens": 1})  # fmt: skip
-    assert launch_trainer(first, {})["stopped_by"] == "budget"
+    assert launch_trainer(first, first.spec)["stopped_by"] == "budget"
     assert "resumed_from_step" not in first.counters  # a fresh start
 
     again = make_ctx(tmp_path, qlora_corpus, config, trainer="qlora", model_cache=model_cache)
-    result = launch_trainer(again, {})
+    result = launch_trainer(again, again.spec)
     assert result["steps"] == 3 and again.counters["resumed_from_step"] == 1
     assert again.publisher.steps() == [2, 3]  # type: ignore[attr-defined]
     rows = len((qlora_corpus / "messages.jsonl").read_text().splitlines())

@@ -1,4 +1,4 @@
-"""Evaluation (SPEC §7): policies, candidate scoring, scorecards, samples, the bench kind.
+"""Evaluation (SPEC §7): policies, candidate scoring, scorecards, samples.
 
 - `policies`: the policy interface and loaders (trm, untrained trm, qlora adapter, base LM).
 - `lm_scoring`: log-likelihood candidate scoring for causal LMs (one forward pass per batch of
@@ -6,5 +6,6 @@
 - `samples`: one sample per example, cached by model hash in the run directories; `scorecard`:
   scores and intervals.
 - `rollouts`: failure/recovery rates from rollouts in the anchor worlds.
-- `stage`: the `evaluate` stage of train runs; `bench`: the bench kind; `menu`: the bench menu.
+- `anchors`: `evaluate_policy`, a policy scored on a train sample and the anchors (the train
+  kind's `evaluate` stage and the bench kind, both in worker/kinds/, use it).
 """

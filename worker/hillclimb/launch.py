@@ -19,13 +19,11 @@ from core.db import as_utc
 from core.errors import ApiError
 from core.events import Publisher
 from core.models import TERMINAL_STATUSES, Run
+from core.rundir import CORPUS, MANIFEST, SCORECARD
 from core.runs import cancel_run, submit_run
 from core.settings import Settings
 from worker.context import StageFailure
 from worker.hillclimb.decide import SCORES
-
-SCORECARD = "scorecard.json"
-CORPUS_MANIFEST = Path("corpus") / "manifest.json"
 
 
 @dataclass
@@ -66,7 +64,7 @@ def read_scores(run_dir: Path) -> tuple[dict[str, float | None] | None, str | No
         ):
             scores["generalization_gap"] = scores["train_score"] - scores["anchor_score"]  # type: ignore[operator]
     corpus_hash = None
-    manifest = run_dir / CORPUS_MANIFEST
+    manifest = run_dir / CORPUS / MANIFEST
     if manifest.exists():
         corpus_hash = json.loads(manifest.read_text()).get("corpus_hash")
     return scores, corpus_hash
@@ -88,6 +86,8 @@ class ServiceLauncher:
             self.lease_token = run.lease_token if run else None
 
     def launch(self, candidate_id: str, body: dict[str, Any]) -> str:
+        # Imported on use, like the API's validation they bring: every stage's child process
+        # loads the kinds, and only the search launches.
         key = f"{self.search_id}:{candidate_id}"
         try:
             run, _ = submit_run(self.publisher, self.settings, body, key, parent_id=self.search_id)

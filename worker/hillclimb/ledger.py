@@ -20,8 +20,8 @@ from sqlmodel import Session, col, select
 from core.db import as_utc
 from core.events import Publisher
 from core.models import LedgerEntry
+from core.rundir import LEDGER
 
-LEDGER_FILE = "hillclimb_ledger.jsonl"
 FIELDS = (
     "seq",
     "search_id",
@@ -65,7 +65,7 @@ def _parse_time(value: Any) -> datetime | None:
 class Ledger:
     def __init__(self, publisher: Publisher, search_id: str, run_dir: Path) -> None:
         self.publisher, self.search_id = publisher, search_id
-        self.path = run_dir / LEDGER_FILE
+        self.path = run_dir / LEDGER
         run_dir.mkdir(parents=True, exist_ok=True)
 
     def rows(self) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.rundir import write_json_atomic
+from core.rundir import CANDIDATE_RESULT, CANDIDATES, write_json_atomic
 from core.schemas.hillclimb import HillclimbSpec
 from worker.hillclimb import decide
 from worker.hillclimb.decide import SEARCH_ROW, Candidate, Rules, SearchState
@@ -33,7 +33,6 @@ from worker.hillclimb.mutate import mutate, ranges_of
 
 POLL_S = 0.5
 ROLLED_UP = ("wall_seconds", "rows_trained", "tokens_trained", "examples_scored", "tokens_scored")
-CANDIDATES_DIR = "candidates"
 
 
 def rules_of(spec: HillclimbSpec) -> Rules:
@@ -237,10 +236,7 @@ class SearchRun:
             per_device[device] = round(per_device.get(device, 0.0) + seconds, 3)
 
     def _write_result(self, cand: Candidate) -> None:
-        write_json_atomic(
-            self.run_dir / CANDIDATES_DIR / cand.candidate_id / "result.json",
-            result_record(cand, self.ladder[cand.rung].name),
-        )
+        write_result(self.run_dir, cand, self.ladder[cand.rung].name)
 
 
 def result_record(cand: Candidate, rung_name: str) -> dict[str, Any]:
@@ -257,3 +253,9 @@ def result_record(cand: Candidate, rung_name: str) -> dict[str, Any]:
         "started_at": cand.started_at,
         "finished_at": cand.finished_at,
     }
+
+
+def write_result(run_dir: Path, cand: Candidate, rung_name: str) -> None:
+    write_json_atomic(
+        run_dir / CANDIDATES / cand.candidate_id / CANDIDATE_RESULT, result_record(cand, rung_name)
+    )

@@ -1,9 +1,5 @@
-"""The `evaluate` stage of a `train` run (SPEC §3.2, §7), and `evaluate_policy`, which a bench
-shares: a policy scored on a corpus's train sample and anchors, rollouts in the anchor worlds.
-
-Reads `trainer_config.resolved.json` (trainer, corpus_dir, output_dir, contract, model_cache, seed)
-and the run's spec (corpus sources and knobs, so rollout states are shaped like the rows). Writes
-`scorecard.json` and `samples.jsonl` (one row per anchor example) in the run directory.
+"""A policy scored on a corpus (SPEC §7): `evaluate_policy` on a train sample and the anchors,
+with rollouts in the anchor worlds; the `evaluate` stage of a train run and the bench kind share it.
 
 - train_score: a fixed, seeded sample of up to TRAIN_SAMPLE train rows.
 - anchor_score: anchor.jsonl; a corpus without an anchor split is scored on val.jsonl and the
@@ -16,33 +12,23 @@ and the run's spec (corpus sources and knobs, so rollout states are shaped like 
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.rundir import write_json_atomic
-from worker.context import StageContext, StageFailure
+from core.rundir import ANCHOR_ROWS, CRITIC_ROWS, VAL_ROWS
 from worker.evaluate import scorecard as sc
-from worker.evaluate.policies import Policy, argmax, load_policy
 from worker.evaluate.rollouts import EPISODES, env_world, replayable, world_rates
-from worker.evaluate.samples import (
-    CachedPolicy,
-    SampleCache,
-    read_jsonl,
-    run_sample_cache,
-    score_rows,
-    write_samples,
-)
+from worker.evaluate.samples import CachedPolicy, SampleCache, read_jsonl, score_rows
+from worker.models.policy import Policy, argmax
 
 TRAIN_SAMPLE = 1000
-SCORECARD, SAMPLES = "scorecard.json", "samples.jsonl"
 
 
 def critic_rows(corpus_dir: Path) -> list[dict[str, Any]]:
     """The corpus's known-bad picks (`critic.jsonl`) for the tagged failure rate; [] if none."""
-    path = Path(corpus_dir) / "critic.jsonl"
+    path = Path(corpus_dir) / CRITIC_ROWS
     return read_jsonl(path) if path.exists() else []
 
 
@@ -54,11 +40,11 @@ def train_sample(rows: list[dict[str, Any]], seed: int, limit: int = TRAIN_SAMPL
 
 
 def anchor_rows(corpus_dir: Path) -> tuple[list[dict[str, Any]], str]:
-    anchor = corpus_dir / "anchor.jsonl"
+    anchor = corpus_dir / ANCHOR_ROWS
     rows = read_jsonl(anchor) if anchor.exists() else []
     if rows:
         return rows, "anchor"
-    val = corpus_dir / "val.jsonl"
+    val = corpus_dir / VAL_ROWS
     return (read_jsonl(val) if val.exists() else []), "val"
 
 
@@ -194,47 +180,3 @@ def tagged_rates(
         ]
     recovered = [float(s["correct"]) for s in anchor_samples if s.get("kind") == "recovery"]
     return sc.score(repeated), sc.score(recovered), {}, "tagged_rows"
-
-
-# ---- the stage -------------------------------------------------------------------------------
-def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
-    resolved_path = ctx.run_dir / "trainer_config.resolved.json"
-    if not resolved_path.exists():
-        raise StageFailure("bad_input", f"{resolved_path} is missing: prepare_config writes it")
-    resolved = json.loads(resolved_path.read_text())
-    corpus_dir = Path(resolved["corpus_dir"])
-    train_path = corpus_dir / "train.jsonl"
-    if not train_path.exists():
-        raise StageFailure("dependency", f"{train_path} is missing: prepare_corpus writes it")
-    policy = load_policy(policy_ref(resolved))
-    seed = int(resolved.get("seed") or 0)
-    train = train_sample(read_jsonl(train_path), seed)
-    anchors, split = anchor_rows(corpus_dir)
-    if resolved.get("probe"):
-        train, anchors = train[:1], anchors[:1]
-    critic = critic_rows(corpus_dir)
-    cache = run_sample_cache(ctx.settings.runs_dir, ctx.run_dir, policy.model_hash)
-    card, samples, counters = evaluate_policy(
-        policy, train, anchors, split, spec.get("corpus") or {}, cache,
-        critic=critic, seed=seed, episodes=2 if resolved.get("probe") else EPISODES,
-        progress=lambda done, total: ctx.progress(done, total),
-        should_stop=ctx.should_stop,
-    )  # fmt: skip
-    card.update(
-        run_id=ctx.run_id, trainer=resolved["trainer"], corpus_hash=resolved.get("corpus_hash")
-    )
-    write_json_atomic(ctx.run_dir / SCORECARD, card)
-    write_samples(ctx.run_dir / SAMPLES, samples)
-    ctx.inputs.extend(p for p in (train_path, corpus_dir / f"{split}.jsonl") if p.exists())
-    ctx.outputs.extend([ctx.run_dir / SCORECARD, ctx.run_dir / SAMPLES])
-    ctx.counters["examples_scored"] = counters["scored"] + counters["cached"]
-    ctx.counters["examples_cached"] = counters["cached"]
-    ctx.counters["tokens_scored"] = counters["tokens_scored"]
-    for note in card["notes"]:
-        ctx.note(note)
-    ctx.progress(
-        len(train) + len(anchors), len(train) + len(anchors),
-        current_anchor=card["anchor_score"], current_train=card["train_score"],
-        current_gap=card["generalization_gap"],
-    )  # fmt: skip
-    return {**sc.headline(card), "anchor_split": split, "n": card["n"]}

@@ -1,5 +1,6 @@
-"""The hillclimb kind's stages (SPEC §3.2): `plan`, `search` (the coordinator; inline on the `cpu`
-queue, it mostly waits on its child `train` runs) and `finalize` (also after a budget stop).
+"""The `hillclimb` kind (SPEC §3.2, §8): `plan`, `search` (the coordinator; inline on the `cpu`
+queue, it mostly waits on its child `train` runs) and `finalize` (also after a budget stop);
+`plan_dry` is its dry run. The search logic itself is in worker/hillclimb/.
 
 Files: `plan.json`, `hillclimb_ledger.jsonl`, `candidates/<id>/result.json`, `best/` (the best
 candidate's small files and a pointer to its run), `search_summary.json`.
@@ -7,6 +8,7 @@ candidate's small files and a pointer to its run), `search_summary.json`.
 
 from __future__ import annotations
 
+import json
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -15,16 +17,31 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.errors import ApiError
-from core.rundir import write_json_atomic
+from core.rundir import (
+    BEST,
+    BEST_POINTER,
+    CORPUS,
+    LEDGER,
+    MANIFEST,
+    SCORECARD,
+    SEARCH_PLAN,
+    SEARCH_SUMMARY,
+    SUMMARY,
+    TRAINER,
+    TRAINER_CONFIG,
+    write_json_atomic,
+)
+from core.runs import validate_spec
 from core.schemas.hillclimb import HillclimbSpec
 from worker.context import FENCED, StageContext, StageFailure
 from worker.hillclimb import decide
 from worker.hillclimb.decide import SearchState
 from worker.hillclimb.ladder import candidate_spec, ladder_of, root_knobs, rung_label
-from worker.hillclimb.launch import SCORECARD, ServiceLauncher
-from worker.hillclimb.ledger import LEDGER_FILE, Ledger
+from worker.hillclimb.launch import ServiceLauncher
+from worker.hillclimb.ledger import Ledger
 from worker.hillclimb.mutate import ranges_of
-from worker.hillclimb.search import CANDIDATES_DIR, SearchRun, result_record, rules_of
+from worker.hillclimb.search import SearchRun, result_record, rules_of, write_result
+from worker.kinds.base import Kind, StageDef
 
 SHORT_RUNG = {
     "in_domain": "in_domain",
@@ -34,17 +51,14 @@ SHORT_RUNG = {
     "broad_generalization": "broad_gen",
     "hardest_setting": "hardest",
 }
-PLAN_FILE = "plan.json"
-SUMMARY_FILE = "search_summary.json"
-BEST_DIR = "best"
 # What `best/` copies from the best candidate's run (small files; the model stays in its run).
 BEST_FILES = (
     SCORECARD,
-    "trainer_config.resolved.json",
-    "corpus/manifest.json",
-    "summary.json",
-    "trainer/config.json",
-    "trainer/run_meta.json",
+    TRAINER_CONFIG,
+    f"{CORPUS}/{MANIFEST}",
+    SUMMARY,
+    f"{TRAINER}/config.json",
+    f"{TRAINER}/run_meta.json",
 )
 
 
@@ -71,22 +85,19 @@ def _plan(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
         "root_knobs": root,
         "root_spec": candidate_spec(search, search.start_rung, root, "root", search.base["seed"]),
     }
-    write_json_atomic(ctx.run_dir / PLAN_FILE, plan)
-    ctx.outputs.append(ctx.run_dir / PLAN_FILE)
+    write_json_atomic(ctx.run_dir / SEARCH_PLAN, plan)
+    ctx.outputs.append(ctx.run_dir / SEARCH_PLAN)
     return plan
 
 
 def plan(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     """Validate the search, check that its root candidate is a run this server takes, write
     plan.json."""
-    from core.runs import validate_spec
-
     planned = _plan(ctx, spec)
     try:
         validate_spec(planned["root_spec"], ctx.settings)
     except ApiError as exc:
-        klass = "dependency" if exc.status == 501 else "bad_input"
-        raise StageFailure(klass, f"the candidates' train spec: {exc.message}") from None
+        raise StageFailure("bad_input", f"the candidates' train spec: {exc.message}") from None
     search = _spec(spec)
     ctx.card.total_candidates = rules_of(search).max_candidates
     ctx.card.completed_count = 0
@@ -102,11 +113,11 @@ def plan_dry(ctx: StageContext, spec: dict[str, Any]) -> dict[str, str]:
     planned = _plan(ctx, spec)
     rules = planned["rules"]
     return {
-        "plan": f"plan.json written: root on rung {planned['start_rung']}, "
+        "plan": f"{SEARCH_PLAN} written: root on rung {planned['start_rung']}, "
         f"knobs {', '.join(sorted(planned['knob_ranges'])) or 'none'}",
         "search": f"would run up to {rules['max_candidates']} candidates, "
         f"{rules['parallelism']} at a time",
-        "finalize": "would write search_summary.json and best/",
+        "finalize": f"would write {SEARCH_SUMMARY} and {BEST}/",
     }
 
 
@@ -210,10 +221,7 @@ def finalize(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     ledger = Ledger(ctx.publisher, ctx.run_id, ctx.run_dir)
     state = decide.replay(ledger.open(), search_spec.start_rung)
     for cand in state.finished:
-        write_json_atomic(
-            ctx.run_dir / CANDIDATES_DIR / cand.candidate_id / "result.json",
-            result_record(cand, ladder[cand.rung].name),
-        )
+        write_result(ctx.run_dir, cand, ladder[cand.rung].name)
     best, root = state.best, state.candidates.get("c000")
     if best is not None and best.run_id:
         _copy_best(ctx, best.run_id, result_record(best, ladder[best.rung].name))
@@ -236,11 +244,11 @@ def finalize(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
         "rung": state.rung,
         "rung_history": state.rung_history,
         "stopped": state.stopped,
-        "ledger": LEDGER_FILE,
-        "best_dir": BEST_DIR if best else None,
+        "ledger": LEDGER,
+        "best_dir": BEST if best else None,
     }
-    write_json_atomic(ctx.run_dir / SUMMARY_FILE, summary)
-    ctx.outputs.append(ctx.run_dir / SUMMARY_FILE)
+    write_json_atomic(ctx.run_dir / SEARCH_SUMMARY, summary)
+    ctx.outputs.append(ctx.run_dir / SEARCH_SUMMARY)
     if best is None:
         ctx.note("no candidate met the keep rule (completed, within the gap ceiling)")
     return {k: summary[k] for k in ("best_candidate", "best_run", "root_candidate_run", "stopped")}
@@ -248,7 +256,7 @@ def finalize(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
 
 def _copy_best(ctx: StageContext, run_id: str, record: dict[str, Any]) -> None:
     source = ctx.settings.run_dir(run_id)
-    target = ctx.run_dir / BEST_DIR
+    target = ctx.run_dir / BEST
     copied = []
     for rel in BEST_FILES:
         path = source / rel
@@ -259,8 +267,23 @@ def _copy_best(ctx: StageContext, run_id: str, record: dict[str, Any]) -> None:
     pointer = {
         **record,
         "run_dir": str(source),
-        "model_dir": str(source / "trainer"),
+        "model_dir": str(source / TRAINER),
         "copied": copied,
     }
-    write_json_atomic(target / "best.json", pointer)
-    ctx.outputs.append(Path(target / "best.json"))
+    write_json_atomic(target / BEST_POINTER, pointer)
+    ctx.outputs.append(Path(target / BEST_POINTER))
+
+
+def search_summary(run_dir: Path) -> dict[str, Any]:
+    """summary.json's `search`: the search's own summary, once `finalize` wrote it."""
+    path = run_dir / SEARCH_SUMMARY
+    return {"search": json.loads(path.read_text())} if path.exists() else {}
+
+
+STAGES = (
+    StageDef("plan", plan),
+    # The coordinator: one child `train` run per candidate, on any worker.
+    StageDef("search", search, weight=20),
+    StageDef("finalize", finalize, after_budget=True),
+)
+KIND = Kind("hillclimb", STAGES, plan_dry, summary=search_summary)

@@ -18,22 +18,20 @@ from pathlib import Path
 from typing import Any
 
 from core.benches.resolve import ResolveError, resolve_bench
-from core.rundir import write_json_atomic
+from core.rundir import BENCH_RESOLVED, SAMPLES, SCORECARD, TRAIN_ROWS, write_json_atomic
 from core.schemas.corpus import CorpusSpec
 from worker.context import StageContext, StageFailure
+from worker.corpus import build_corpus
 from worker.evaluate import scorecard as sc
+from worker.evaluate.anchors import anchor_rows, critic_rows, evaluate_policy, train_sample
 from worker.evaluate.policies import load_policy
 from worker.evaluate.samples import read_jsonl, run_sample_cache, write_samples
-from worker.evaluate.stage import (
-    SAMPLES,
-    SCORECARD,
-    anchor_rows,
-    critic_rows,
-    evaluate_policy,
-    train_sample,
-)
+from worker.kinds.base import Kind, StageDef
 
-RESOLVED = "bench.resolved.json"
+
+def bench_name(spec: dict[str, Any]) -> str | None:
+    """The card's `data` line: the bench."""
+    return spec.get("bench")
 
 
 def _resolve(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
@@ -55,13 +53,13 @@ def _resolve(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
             "action, meta.world_id), or drop results_jsonl to use the generated bench data",
         )
     resolved["run_id"] = ctx.run_id
-    write_json_atomic(ctx.run_dir / RESOLVED, resolved)
+    write_json_atomic(ctx.run_dir / BENCH_RESOLVED, resolved)
     return resolved
 
 
 def resolve(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     resolved = _resolve(ctx, spec)
-    ctx.outputs.append(ctx.run_dir / RESOLVED)
+    ctx.outputs.append(ctx.run_dir / BENCH_RESOLVED)
     return {
         "bench": resolved["bench"],
         "baseline": resolved["baseline"]["ref"],
@@ -74,7 +72,7 @@ def plan(ctx: StageContext, spec: dict[str, Any]) -> dict[str, str]:
     """Dry run: resolve and validate, write bench.resolved.json, score nothing."""
     resolved = _resolve(ctx, spec)
     return {
-        "resolve": f"resolved config written to {RESOLVED}",
+        "resolve": f"resolved config written to {BENCH_RESOLVED}",
         "evaluate": f"would score {resolved['baseline']['ref']} against "
         f"{resolved['router']['ref']} on the {resolved['bench']} anchors "
         f"x{resolved['repeats']}",
@@ -82,8 +80,6 @@ def plan(ctx: StageContext, spec: dict[str, Any]) -> dict[str, str]:
 
 
 def build_anchor_corpus(resolved: dict[str, Any], knobs: dict[str, Any], out: Path) -> Path:
-    from worker.corpus import build_corpus
-
     digest = hashlib.sha256(json.dumps(knobs, sort_keys=True).encode()).hexdigest()[:12]
     target = out / f"corpus-{digest}"
     corpus = {"sources": [resolved["source"]], "split": resolved["split"], "knobs": knobs}
@@ -100,7 +96,7 @@ def _key(row: dict[str, Any]) -> str:
 
 
 def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
-    resolved = json.loads((ctx.run_dir / RESOLVED).read_text())
+    resolved = json.loads((ctx.run_dir / BENCH_RESOLVED).read_text())
     repeats = int(resolved["repeats"])
     sides: dict[str, dict[str, Any]] = {}
     samples_out: list[dict[str, Any]] = []
@@ -115,7 +111,7 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
                 f"bench {resolved['bench']}: no anchor rows in {resolved['source']['path']} for "
                 f"the anchor worlds {resolved['anchor_worlds']}",
             )
-        train = train_sample(read_jsonl(corpus_dir / "train.jsonl"), resolved["seed"],
+        train = train_sample(read_jsonl(corpus_dir / TRAIN_ROWS), resolved["seed"],
                              resolved["train_sample"])  # fmt: skip
         corpus = {"sources": [resolved["source"]], "knobs": info["knobs"] or {}}
         critic = critic_rows(corpus_dir)
@@ -124,7 +120,7 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
         for r in range(repeats):
             ref = dict(info["policy"])
             if ref["type"] == "untrained_trm":
-                ref.update(vocab_rows=str(corpus_dir / "train.jsonl"), seed=resolved["seed"] + r)
+                ref.update(vocab_rows=str(corpus_dir / TRAIN_ROWS), seed=resolved["seed"] + r)
             policy = load_policy(ref)
             cache = run_sample_cache(ctx.settings.runs_dir, ctx.run_dir, policy.model_hash)
             done = side_i * repeats + r
@@ -221,3 +217,10 @@ def _combine(
         "_per_example": averaged,
     }
     return out
+
+
+STAGES = (
+    StageDef("resolve", resolve),
+    StageDef("evaluate", evaluate, in_child=True, weight=8),
+)
+KIND = Kind("bench", STAGES, plan, data_source=bench_name)

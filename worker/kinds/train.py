@@ -1,0 +1,407 @@
+"""The `train` kind (SPEC §3.2), top to bottom: `prepare_corpus` builds the corpus,
+`prepare_config` records the resolved trainer config, `launch_trainer` runs the `trm` or `qlora`
+trainer and `evaluate` scores what it trained (both in the stage's child process); `plan` is its
+dry run.
+
+The resolved config is computed from the run id, the settings and the spec (`resolved_config`)
+by each stage that needs it. `trainer_config.resolved.json` is its record for people and is never
+read back: a file in the run directory must not steer the worker.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from core.rundir import (
+    ANCHOR_ROWS,
+    CORPUS,
+    CORPUS_PLAN,
+    MANIFEST,
+    MESSAGES,
+    MESSAGES_VAL,
+    SAMPLES,
+    SCORECARD,
+    TRAIN_ROWS,
+    TRAINER,
+    TRAINER_CONFIG,
+    VAL_ROWS,
+    write_json_atomic,
+)
+from core.schemas.corpus import CorpusSpec
+from core.schemas.train import QloraTrainerConfig, TrmTrainerConfig
+from core.settings import Settings
+from worker.context import StageContext, StageFailure
+from worker.corpus import CorpusInputError, build_corpus
+from worker.evaluate import scorecard as sc
+from worker.evaluate.anchors import (
+    anchor_rows,
+    critic_rows,
+    evaluate_policy,
+    policy_ref,
+    train_sample,
+)
+from worker.evaluate.policies import load_policy
+from worker.evaluate.rollouts import EPISODES
+from worker.evaluate.samples import read_jsonl, run_sample_cache, write_samples
+from worker.kinds.base import Kind, StageDef
+from worker.train.callbacks import StageCallbacks
+
+
+def corpus_sources(spec: dict[str, Any]) -> str | None:
+    """The card's `data` line: the corpus's source names."""
+    sources = (spec.get("corpus") or {}).get("sources") or []
+    return ",".join(str(s.get("name")) for s in sources) if sources else None
+
+
+# ---- prepare_corpus ----------------------------------------------------------------------------
+def materialize_bench_data(spec: dict[str, Any], data_dir: Path) -> list[str]:
+    """Sources under DATA_DIR/benches/<name>/ of a shipped bench are generated on first use."""
+    from worker.envs.benchdata import SPEC_DIR, ensure_bench_data
+
+    made = []
+    benches = (data_dir / "benches").resolve()
+    for source in spec["corpus"]["sources"]:
+        path = Path(source["path"]).resolve()
+        if path.exists() or not path.is_relative_to(benches):
+            continue
+        name = path.relative_to(benches).parts[0]
+        if (SPEC_DIR / f"{name}.json").exists():
+            ensure_bench_data(name, data_dir)
+            made.append(name)
+    return made
+
+
+def prepare_corpus(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
+    for name in materialize_bench_data(spec, ctx.settings.data_dir):
+        ctx.note(f"generated the {name} bench data on first use")
+    corpus = CorpusSpec.model_validate(spec["corpus"])
+    out = ctx.run_dir / CORPUS
+    try:
+        result = build_corpus(corpus, out, progress=lambda done, total: ctx.progress(done, total))
+    except CorpusInputError as exc:
+        raise StageFailure("bad_input", str(exc)) from None
+    ctx.inputs.extend(Path(s.path) for s in corpus.sources)
+    ctx.outputs.extend(result.files.values())
+    for key, value in result.counters.items():
+        ctx.counters[key] = value
+    for warning in result.warnings:
+        ctx.note(warning)
+    if result.reused:
+        ctx.note("identical corpus already on disk (same corpus_hash): reused")
+    if not result.counters.get("train"):
+        raise StageFailure(
+            "bad_input",
+            "the corpus has no training rows after validation and splitting; see "
+            f"{CORPUS}/{MANIFEST} for what was read and why rows were left out",
+        )
+    return {"corpus_hash": result.corpus_hash, "corpus_dir": CORPUS}
+
+
+# ---- prepare_config ----------------------------------------------------------------------------
+def resolved_config(run_id: str, settings: Settings, spec: dict[str, Any]) -> dict[str, Any]:
+    """The trainer's config: its folders from the run directory, the rest from the spec."""
+    run_dir = settings.run_dir(run_id)
+    manifest = run_dir / CORPUS / MANIFEST
+    corpus_hash = json.loads(manifest.read_text()).get("corpus_hash") if manifest.exists() else None
+    trainer = spec["trainer"]
+    return {
+        "run_id": run_id,
+        "trainer": trainer,
+        "config": spec[trainer],
+        "contract": spec["corpus"].get("contract", "action_only"),
+        "corpus_dir": str(run_dir / CORPUS),
+        "corpus_hash": corpus_hash,
+        "output_dir": str(run_dir / TRAINER),
+        "seed": spec.get("seed", 0),
+        "probe": spec.get("probe", False),
+        "budget": spec.get("budget") or {},
+        "model_cache": str(settings.model_cache),
+    }
+
+
+def prepare_config(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
+    config = resolved_config(ctx.run_id, ctx.settings, spec)
+    path = ctx.run_dir / TRAINER_CONFIG
+    write_json_atomic(path, config)
+    ctx.outputs.append(path)
+    return {"trainer": config["trainer"], "corpus_hash": config["corpus_hash"]}
+
+
+# ---- launch_trainer (SPEC §6) ------------------------------------------------------------------
+# The trainer does the work; this maps what can go wrong to failure classes (SPEC §3.1) and
+# retries an out-of-memory once at half the micro-batch and twice the accumulation, so the
+# effective batch (and so the step count) stays the same.
+
+# The config keys that set the micro-batch and the accumulation, per trainer.
+BATCH_KEYS = {"trm": ("batch_size", "grad_accum"), "qlora": ("micro_batch", "grad_accum")}
+SPEC_MODELS: dict[str, type[BaseModel]] = {"trm": TrmTrainerConfig, "qlora": QloraTrainerConfig}
+# The corpus files each trainer reads (recorded as the stage's inputs).
+CORPUS_FILES = {"trm": (TRAIN_ROWS, VAL_ROWS, ANCHOR_ROWS), "qlora": (MESSAGES, MESSAGES_VAL)}
+
+
+class BudgetCallbacks(StageCallbacks):
+    """Stage callbacks that also stop at the spec's `max_tokens` (the trainer reports its running
+    `tokens_trained` with each step); `max_seconds` is the context's deadline."""
+
+    def __init__(self, ctx: StageContext, max_tokens: int | None) -> None:
+        super().__init__(ctx)
+        self.max_tokens, self.tokens = max_tokens, 0
+
+    def on_step(self, step: int, total: int | None, **metrics: Any) -> None:
+        self.tokens = int(metrics.get("tokens_trained", self.tokens))
+        super().on_step(step, total, **metrics)
+
+    def should_stop(self) -> str | None:
+        if self.max_tokens and self.tokens >= self.max_tokens:
+            return "budget"
+        return super().should_stop()
+
+
+def trainer_function(name: str) -> Callable[..., dict[str, Any]]:
+    """Imported on use: qlora pulls in transformers, which a trm run never needs."""
+    if name == "trm":
+        from worker.train import trm
+
+        return trm.train
+    if name == "qlora":
+        from worker.train import qlora
+
+        return qlora.train
+    raise StageFailure("bad_input", f"trainer: unknown trainer {name!r} (trm or qlora)")
+
+
+def is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError):
+        return True
+    try:
+        import torch
+
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            return True
+    except ImportError:  # pragma: no cover - torch is a dependency of every trainer
+        pass
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def launch_trainer(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
+    resolved = resolved_config(ctx.run_id, ctx.settings, spec)
+    name = resolved["trainer"]
+    train = trainer_function(name)
+    corpus_dir, out_dir = Path(resolved["corpus_dir"]), Path(resolved["output_dir"])
+    if not (corpus_dir / CORPUS_FILES[name][0]).exists():
+        raise StageFailure(
+            "bad_input",
+            f"{corpus_dir / CORPUS_FILES[name][0]} is missing: the prepare_corpus stage writes it; "
+            "re-run the run from the start or point corpus at a folder that has it",
+        )
+    config = dict(resolved["config"] or {})
+    batch_key, accum_key = BATCH_KEYS[name]
+    defaults = SPEC_MODELS[name].model_fields
+    config.setdefault(batch_key, defaults[batch_key].default)
+    config.setdefault(accum_key, defaults[accum_key].default if accum_key in defaults else 1)
+    callbacks = BudgetCallbacks(ctx, resolved["budget"].get("max_tokens"))
+    ctx.counters["oom_retries"] = 0
+
+    def run() -> dict[str, Any]:
+        ctx.counters["micro_batch"], ctx.counters["grad_accum"] = (
+            config[batch_key],
+            config[accum_key],
+        )
+        return train(
+            config,
+            corpus_dir,
+            out_dir,
+            callbacks,
+            seed=int(resolved["seed"] or 0),
+            contract=resolved["contract"],
+            probe=bool(resolved["probe"]),
+            model_cache=Path(resolved["model_cache"]),
+        )
+
+    try:
+        result = run()
+    except StageFailure:
+        raise
+    except Exception as exc:
+        if not is_oom(exc):
+            raise
+        micro, accum = int(config[batch_key]), int(config[accum_key])
+        if micro <= 1:
+            raise StageFailure(
+                "oom", oom_advice(name, batch_key, micro, accum, retried=False)
+            ) from None
+        _free_cuda_cache()
+        config[batch_key], config[accum_key] = micro // 2, accum * 2
+        ctx.counters["oom_retries"] = 1
+        ctx.note(
+            f"out of memory at {batch_key}={micro}, {accum_key}={accum}: retried once at "
+            f"{batch_key}={micro // 2}, {accum_key}={accum * 2} (same effective batch)"
+        )
+        ctx.log("out of memory: retrying at half the micro-batch", error=str(exc)[:500])
+        try:
+            result = run()
+        except Exception as again:
+            if not is_oom(again):
+                raise
+            reason = oom_advice(name, batch_key, micro // 2, accum * 2, retried=True)
+            raise StageFailure("oom", reason) from None
+
+    result = json.loads(json.dumps(result, default=str))  # paths and numpy scalars as JSON
+    record(ctx, result, corpus_dir, out_dir, name)
+    return result
+
+
+def oom_advice(name: str, batch_key: str, micro: int, accum: int, *, retried: bool) -> str:
+    tried = f"{name} ran out of memory at {batch_key}={micro}, grad_accum={accum}"
+    if retried:
+        tried += " (the automatic retry at half the micro-batch also ran out)"
+    hint = f"set {name}.{batch_key} lower in the spec (and grad_accum higher to keep the batch)"
+    if name == "qlora":
+        hint += ", or lower qlora.max_seq_len, or use a smaller base_model or a larger GPU"
+    else:
+        hint += ", or lower trm.hidden"
+    return f"{tried}; {hint}"
+
+
+def record(
+    ctx: StageContext, result: dict[str, Any], corpus_dir: Path, out_dir: Path, name: str
+) -> None:
+    """Counters the runner sums into the run's usage, and the stage's inputs and outputs."""
+    for key in ("rows_trained", "tokens_trained", "steps"):
+        ctx.counters[key] = result.get(key) or 0
+    # Where this attempt picked up (a resume after a kill, a shutdown or an OOM retry), and what
+    # fitting rows into qlora's max_seq_len cost: both shown on the manifest, not buried in logs.
+    for key in ("resumed_from_step", "rows_truncated", "rows_dropped"):
+        if result.get(key) is not None:
+            ctx.counters[key] = result[key]
+    if result.get("rows_truncated") or result.get("rows_dropped"):
+        data = result.get("data") or {}
+        ctx.note(
+            f"{result.get('rows_truncated', 0)} training rows longer than max_seq_len="
+            f"{data.get('max_seq_len')} lost the beginning of their prompt and "
+            f"{result.get('rows_dropped', 0)} whose answer did not fit were left out (longest "
+            f"row: {(data.get('train') or {}).get('longest_tokens')} tokens); raise max_seq_len"
+        )
+    ctx.counters["device"] = result.get("device") or "cpu"  # type: ignore[assignment]
+    vram = result.get("peak_vram_bytes")
+    if vram is None and ctx.counters["device"] == "cuda":
+        import torch
+
+        vram = torch.cuda.max_memory_allocated()
+    if vram is not None:
+        ctx.counters["peak_vram_bytes"] = int(vram)
+    if result.get("stopped_by"):
+        ctx.note(f"training stopped by {result['stopped_by']} at step {result.get('steps')}")
+    if result.get("resumed_from_step") is not None:
+        ctx.note(f"resumed from the checkpoint at step {result['resumed_from_step']}")
+    ctx.inputs.extend(p for f in CORPUS_FILES[name] if (p := corpus_dir / f).exists())
+    ctx.outputs.extend(sorted(p for p in out_dir.rglob("*") if p.is_file()))
+
+
+def _free_cuda_cache() -> None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+# ---- evaluate (SPEC §7) ------------------------------------------------------------------------
+def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
+    """The trained model on the corpus's train sample and anchors (worker/evaluate/anchors.py):
+    writes scorecard.json and samples.jsonl (one row per anchor example)."""
+    resolved = resolved_config(ctx.run_id, ctx.settings, spec)
+    corpus_dir = Path(resolved["corpus_dir"])
+    train_path = corpus_dir / TRAIN_ROWS
+    if not train_path.exists():
+        raise StageFailure("dependency", f"{train_path} is missing: prepare_corpus writes it")
+    policy = load_policy(policy_ref(resolved))
+    seed = int(resolved["seed"] or 0)
+    train = train_sample(read_jsonl(train_path), seed)
+    anchors, split = anchor_rows(corpus_dir)
+    if resolved["probe"]:
+        train, anchors = train[:1], anchors[:1]
+    critic = critic_rows(corpus_dir)
+    cache = run_sample_cache(ctx.settings.runs_dir, ctx.run_dir, policy.model_hash)
+    card, samples, counters = evaluate_policy(
+        policy, train, anchors, split, spec.get("corpus") or {}, cache,
+        critic=critic, seed=seed, episodes=2 if resolved["probe"] else EPISODES,
+        progress=lambda done, total: ctx.progress(done, total),
+        should_stop=ctx.should_stop,
+    )  # fmt: skip
+    card.update(run_id=ctx.run_id, trainer=resolved["trainer"], corpus_hash=resolved["corpus_hash"])
+    write_json_atomic(ctx.run_dir / SCORECARD, card)
+    write_samples(ctx.run_dir / SAMPLES, samples)
+    ctx.inputs.extend(p for p in (train_path, corpus_dir / f"{split}.jsonl") if p.exists())
+    ctx.outputs.extend([ctx.run_dir / SCORECARD, ctx.run_dir / SAMPLES])
+    ctx.counters["examples_scored"] = counters["scored"] + counters["cached"]
+    ctx.counters["examples_cached"] = counters["cached"]
+    ctx.counters["tokens_scored"] = counters["tokens_scored"]
+    for note in card["notes"]:
+        ctx.note(note)
+    ctx.progress(
+        len(train) + len(anchors), len(train) + len(anchors),
+        current_anchor=card["anchor_score"], current_train=card["train_score"],
+        current_gap=card["generalization_gap"],
+    )  # fmt: skip
+    return {**sc.headline(card), "anchor_split": split, "n": card["n"]}
+
+
+# ---- the dry run (SPEC §3.2) -------------------------------------------------------------------
+def _plan_corpus(ctx: StageContext, spec: dict[str, Any]) -> str:
+    """Read and validate every source as the real build would, without writing the corpus;
+    the manifest it would write goes to `corpus.plan.json`."""
+    try:
+        result = build_corpus(
+            CorpusSpec.model_validate(spec["corpus"]), ctx.run_dir / CORPUS, dry_run=True
+        )
+    except CorpusInputError as exc:
+        raise StageFailure("bad_input", str(exc)) from None
+    write_json_atomic(ctx.run_dir / CORPUS_PLAN, result.manifest)
+    c = result.counters
+    return (
+        f"would read {c.get('rows_read', 0)} rows: keep {c.get('rows_kept', 0)}, "
+        f"{c.get('rows_invalid', 0)} invalid, {c.get('duplicates', 0)} duplicates; "
+        f"train/val/anchor/critic {c.get('train', 0)}/{c.get('val', 0)}/{c.get('anchor', 0)}/"
+        f"{c.get('critic', 0)}; corpus_hash {result.corpus_hash[:12]} (see {CORPUS_PLAN})"
+    )
+
+
+def plan(ctx: StageContext, spec: dict[str, Any]) -> dict[str, str]:
+    """Resolve and validate everything, write the resolved config, train nothing."""
+    materialize_bench_data(spec, ctx.settings.data_dir)
+    corpus_note = _plan_corpus(ctx, spec)
+    trainer = spec["trainer"]
+    resolved = {
+        "run_id": ctx.run_id,
+        "trainer": trainer,
+        "trainer_config": spec[trainer],
+        "corpus": spec["corpus"],
+        "budget": spec.get("budget"),
+        "seed": spec.get("seed"),
+        "dry_run": True,
+        "stages": [s.name for s in STAGES],
+    }
+    write_json_atomic(ctx.run_dir / TRAINER_CONFIG, resolved)
+    return {
+        "prepare_corpus": corpus_note,
+        "prepare_config": f"resolved config written to {TRAINER_CONFIG}",
+        "launch_trainer": f"would train a {trainer} model",
+        "evaluate": "would score train and anchor splits",
+    }
+
+
+STAGES = (
+    StageDef("prepare_corpus", prepare_corpus),
+    StageDef("prepare_config", prepare_config, weight=0.2),
+    StageDef("launch_trainer", launch_trainer, in_child=True, weight=8),
+    StageDef("evaluate", evaluate, in_child=True, weight=2),
+)
+KIND = Kind("train", STAGES, plan, data_source=corpus_sources)

@@ -1,1 +1,0 @@
-"""Stage functions, one module per kind or concern: `(context, spec) -> dict`."""
