@@ -8,7 +8,8 @@ phase ends within a hard limit and reports what it had when it stopped. Prints a
 Per database: a scratch database (Postgres: created and dropped; needs TRM_TEST_POSTGRES_URL,
 default postgresql://postgres@127.0.0.1:5432/test), Redis (TRM_TEST_REDIS_URL, default
 redis://127.0.0.1:6379/11) under a fresh namespace, `trm serve` and `--workers` x
-`trm worker --queues cpu`.
+`trm worker --queues cpu`: the tests' service stack (tests/stack.py). The generator, the
+subscribers and the publisher are in bench/loadgen.py.
 
 - Submitted runs are `selftest` dry runs on the cpu queue: the API validates, inserts the run with
   its first event and enqueues it (concurrent submissions together: app/intake.py); the workers
@@ -31,256 +32,40 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
 import json
-import math
 import os
 import resource
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-REDIS_URL = os.environ.get("TRM_TEST_REDIS_URL", "redis://127.0.0.1:6379/11")
-PG_ADMIN_URL = os.environ.get("TRM_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-SPEC = json.dumps({"kind": "selftest", "dry_run": True}).encode()
+
+from bench.loadgen import (  # noqa: E402
+    ATTACH_TIMEOUT_S,
+    REQUEST_TIMEOUT_S,
+    Connection,
+    Phase,
+    publish,
+    submit,
+    subscriber,
+)
+from tests.stack import Scratch, Stack, create_database  # noqa: E402
+
 WATCHED = {"kind": "selftest", "steps": 1, "queue": "gpu"}  # never taken: workers serve cpu
-REQUEST_TIMEOUT_S = 30.0
-ATTACH_TIMEOUT_S = 30.0
 DRAIN_S = 15.0  # after the window: for the last answers and the last SSE events
-
-
-@dataclass
-class Phase:
-    db: str
-    target: float
-    seconds: float
-    subscribers: int
-    step: str = "not started"  # where the phase is; named in the report if it times out
-    outcome: str = "ok"
-    sent: int = 0
-    accepted: int = 0
-    errors: Counter[str] = field(default_factory=Counter)
-    unsent: int = 0
-    latencies: list[float] = field(default_factory=list)  # due time -> answer
-    served: list[float] = field(default_factory=list)  # sent -> answer: the API's own share
-    window_s: float = 0.0  # from the first due time to the last answer
-    attached: int = 0
-    sse_errors: int = 0
-    sse_reopened: int = 0
-    published: dict[str, set[int]] = field(default_factory=dict)
-    received: list[tuple[str, Counter[int]]] = field(default_factory=list)
-    sse_latencies: list[float] = field(default_factory=list)
-    runs_by_status: dict[str, int] = field(default_factory=dict)
-    bench_cpu_s: float = 0.0
-    window_cpu: dict[str, float] = field(default_factory=dict)  # CPU s per part, in the window
-
-    def sse_counts(self) -> tuple[int, int, int, int]:
-        """(expected, delivered, lost, duplicated) over every subscriber."""
-        expected = delivered = dup = 0
-        for run_id, got in self.received:
-            want = self.published.get(run_id, set())
-            expected += len(want)
-            delivered += sum(1 for n in got if n in want)
-            dup += sum(c - 1 for c in got.values() if c > 1)
-        return expected, delivered, expected - delivered, dup
 
 
 def pct(values: list[float], q: float) -> float:
     xs = sorted(values)
     return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000 if xs else float("nan")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-# --- a minimal HTTP/1.1 client: the generator shares the machine, so it must stay cheap --------
-
-
-async def read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
-    line = await reader.readline()
-    if not line:
-        raise ConnectionError("connection closed before the answer")
-    status = int(line.split()[1])
-    headers = {}
-    while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
-        name, _, value = line.decode("latin-1").partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return status, headers
-
-
-async def body_parts(reader: asyncio.StreamReader, headers: dict[str, str]) -> AsyncIterator[bytes]:
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        while size := int((await reader.readline()).split(b";")[0], 16):
-            yield await reader.readexactly(size)
-            await reader.readline()
-        await reader.readline()
-    elif "content-length" in headers:
-        yield await reader.readexactly(int(headers["content-length"]))
-    else:
-        while part := await reader.read(65536):
-            yield part
-
-
-class Connection:
-    """One keep-alive connection: a request at a time, reopened after any error."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
-        assert self.reader is not None
-        self.writer.write(
-            b"POST %s HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body)
-        )
-        await self.writer.drain()
-        status, headers = await read_head(self.reader)
-        data = b"".join([part async for part in body_parts(self.reader, headers)])
-        if headers.get("connection", "").lower() == "close":
-            self.close()
-        return status, data
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        self.reader = self.writer = None
-
-
-# --- the load --------------------------------------------------------------------------------
-
-
-async def submit(ph: Phase, port: int, t0: float, stop_at: float, connections: int) -> None:
-    """Open loop on `connections` lanes; each takes the next due request when it is free and
-    sends it, late if need be, until the window closes; an answer gets REQUEST_TIMEOUT_S."""
-    due_index = itertools.count()
-    interval = 1.0 / ph.target
-
-    async def lane() -> None:
-        conn = Connection(port)
-        try:
-            while (due := t0 + next(due_index) * interval) < stop_at:
-                if (delay := due - time.monotonic()) > 0:
-                    await asyncio.sleep(delay)
-                elif time.monotonic() >= stop_at:
-                    return  # the window closed while every lane was busy: `unsent`
-                ph.sent += 1
-                sent = time.monotonic()
-                try:
-                    status, _ = await asyncio.wait_for(conn.post("/runs", SPEC), REQUEST_TIMEOUT_S)
-                    if status == 202:
-                        ph.accepted += 1
-                    else:
-                        ph.errors[str(status)] += 1
-                except (OSError, EOFError, ValueError, TimeoutError) as exc:
-                    ph.errors[type(exc).__name__] += 1
-                    conn.close()
-                now = time.monotonic()
-                ph.latencies.append(now - due)
-                ph.served.append(now - sent)
-                ph.window_s = max(ph.window_s, now - t0)
-        finally:
-            conn.close()
-
-    await asyncio.gather(*(lane() for _ in range(connections)))
-    ph.unsent = max(0, math.ceil((stop_at - t0) * ph.target) - ph.sent)
-
-
-async def subscriber(
-    ph: Phase, port: int, run_id: str, got: Counter[int], on_attach: Callable[[], None]
-) -> None:
-    """One dashboard tab: follows the run's SSE stream, reconnecting with Last-Event-ID."""
-    last: str | None = None
-    first = True
-    while True:
-        writer = None
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
-            resume = f"Last-Event-ID: {last}\r\n" if last else ""
-            writer.write(
-                f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: bench\r\n"
-                f"Accept: text/event-stream\r\n{resume}\r\n".encode()
-            )
-            await writer.drain()
-            status, headers = await asyncio.wait_for(read_head(reader), ATTACH_TIMEOUT_S)
-            if status != 200:
-                ph.sse_errors += 1
-                await asyncio.sleep(0.5)
-                continue
-            if first:
-                first = False
-                on_attach()
-            buffer = b""
-            async for part in body_parts(reader, headers):
-                *lines, buffer = (buffer + part).split(b"\n")
-                for line in lines:
-                    if line.startswith(b"id:"):
-                        last = line[3:].strip().decode()
-                    elif line.startswith(b"data:"):
-                        event = json.loads(line[5:])
-                        data = event.get("data") or {}
-                        if event.get("type") == "log" and "bench_n" in data:
-                            got[data["bench_n"]] += 1
-                            if got[data["bench_n"]] == 1:
-                                ph.sse_latencies.append(time.time() - data["sent"])
-            ph.sse_reopened += 1  # the server ended a stream that should not end
-        except (OSError, EOFError, ValueError, TimeoutError):
-            ph.sse_errors += 1
-            await asyncio.sleep(0.5)
-        finally:
-            if writer is not None:
-                writer.close()
-
-
-def publish(
-    settings: Any,
-    watched: list[str],
-    rate: float,
-    t0: float,
-    stop_at: float,
-    stop: threading.Event,
-    ph: Phase,
-) -> None:
-    """The watched runs' events during the window, through the one publisher the workers use."""
-    from core.db import make_engine
-    from core.events import Publisher
-    from core.redisconn import sync_redis
-
-    engine = make_engine(settings.database_url)
-    publisher = Publisher(engine, sync_redis(settings), settings)
-    try:
-        for i in itertools.count():
-            due = t0 + i / rate
-            if due >= stop_at or stop.wait(max(0.0, due - time.monotonic())):
-                return
-            run_id = watched[i % len(watched)]
-            n = i // len(watched)
-            with contextlib.suppress(Exception):  # an event that failed to publish is not due
-                publisher.publish(run_id, "log", {"bench_n": n, "sent": time.time()})
-                ph.published[run_id].add(n)
-    finally:
-        engine.dispose()
 
 
 async def drive(ph: Phase, stack: Stack, args: argparse.Namespace) -> None:
@@ -324,9 +109,9 @@ async def drive(ph: Phase, stack: Stack, args: argparse.Namespace) -> None:
             daemon=True,
         )
         publisher.start()
-        before = stack.cpu_seconds()
+        before = cpu_seconds(stack)
         await submit(ph, port, t0, stop_at, args.connections)
-        after = stack.cpu_seconds()
+        after = cpu_seconds(stack)
         ph.window_cpu = {k: after[k] - before[k] for k in after}
         stop_publishing.set()
         await asyncio.to_thread(publisher.join, 10)
@@ -345,151 +130,44 @@ async def drive(ph: Phase, stack: Stack, args: argparse.Namespace) -> None:
 # --- the service under load --------------------------------------------------------------------
 
 
-class Stack:
-    """A scratch database, the API and the workers; `close()` leaves nothing behind."""
+def cpu_seconds(stack: Stack) -> dict[str, float]:
+    """CPU seconds so far: the API, the workers with their children, this bench, and the whole
+    machine's busy time (the rest is the databases, Redis and anything else)."""
 
-    def __init__(self, db: str, workers: int, api_processes: int = 1) -> None:
-        self.db, self.workers, self.api_processes = db, workers, api_processes
-        self.tmp = Path(tempfile.mkdtemp(prefix=f"trm-load-{db}-"))
-        self.port = free_port()
-        self.namespace = f"load{uuid.uuid4().hex[:8]}"
-        self.pg_name = f"trm_load_{uuid.uuid4().hex[:10]}" if db == "postgres" else None
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self._closed = threading.Lock()
-        if self.pg_name:
-            url = f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{self.pg_name}"
-        else:
-            url = f"sqlite:///{self.tmp}/trm.db"
-        self.env = {
-            "TRM_DATABASE_URL": url,
-            "TRM_REDIS_URL": REDIS_URL,
-            "TRM_REDIS_NAMESPACE": self.namespace,
-            "TRM_RUNS_DIR": str(self.tmp / "runs"),
-            "TRM_DATA_DIR": str(self.tmp / "data"),
-            "TRM_LOG_LEVEL": "WARNING",
-        }
-        from core.settings import Settings
+    def used(proc: psutil.Process) -> float:
+        """The process, its ended children, and its live descendants."""
+        total = 0.0
+        with contextlib.suppress(psutil.Error):
+            for each in [proc, *proc.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    t = each.cpu_times()
+                    total += t.user + t.system + t.children_user + t.children_system
+        return total
 
-        self.settings = Settings(
-            **{k[4:].lower(): v for k, v in self.env.items() if k != "TRM_LOG_LEVEL"}  # type: ignore[arg-type]
-        )
+    assert stack.api is not None
+    workers = [psutil.Process(p.pid) for p in stack.procs if p is not stack.api]
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    machine = psutil.cpu_times()
+    return {
+        "api": used(psutil.Process(stack.api.pid)),
+        "workers": sum(used(w) for w in workers),
+        "bench": me.ru_utime + me.ru_stime,
+        "busy": machine.user + machine.nice + machine.system + machine.irq + machine.softirq,
+    }
 
-    def start(self, ph: Phase) -> None:
-        from core.db import upgrade
 
-        ph.step = "creating the database"
-        if self.pg_name:
-            self._pg(f'CREATE DATABASE "{self.pg_name}"')
-        upgrade(self.settings.database_url)
-        ph.step = "starting the API and the workers"
-        log = open(self.tmp / "service.log", "wb")  # noqa: SIM115
-        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
-        cli = [sys.executable, "-m", "app.cli"]
-        commands = [[*cli, "serve", "--port", str(self.port), "--workers", str(self.api_processes)]]
-        commands += [[*cli, "worker", "--queues", "cpu"]] * self.workers
-        for command in commands:
-            self.procs.append(
-                subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-            )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self._ready():
-                return
-            if any(p.poll() is not None for p in self.procs):
-                raise RuntimeError(f"a service process exited; see {self.tmp / 'service.log'}")
-            time.sleep(0.3)
-        raise RuntimeError(f"API or workers not ready in 60 s; see {self.tmp / 'service.log'}")
+def count_runs(scratch: Scratch, ph: Phase) -> None:
+    import sqlalchemy as sa
 
-    def _ready(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock:
-                sock.sendall(b"GET /readyz HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
-                sock.settimeout(5)
-                answer = b""
-                while chunk := sock.recv(65536):
-                    answer += chunk
-        except OSError:
-            return False
-        head, _, body = answer.partition(b"\r\n\r\n")
-        if not head.startswith(b"HTTP/1.1 200"):
-            return False
-        return bool(json.loads(body)["checks"]["workers"]["alive"] >= self.workers)
+    from core.db import make_engine
 
-    def cpu_seconds(self) -> dict[str, float]:
-        """CPU seconds so far: the API, the workers with their children, this bench, and the
-        whole machine's busy time (the rest is the databases, Redis and anything else)."""
-
-        def used(proc: psutil.Process) -> float:
-            """The process, its ended children, and its live descendants."""
-            total = 0.0
-            with contextlib.suppress(psutil.Error):
-                for each in [proc, *proc.children(recursive=True)]:
-                    with contextlib.suppress(psutil.Error):
-                        t = each.cpu_times()
-                        total += t.user + t.system + t.children_user + t.children_system
-            return total
-
-        api, *workers = (psutil.Process(p.pid) for p in self.procs)
-        me = resource.getrusage(resource.RUSAGE_SELF)
-        machine = psutil.cpu_times()
-        return {
-            "api": used(api),
-            "workers": sum(used(w) for w in workers),
-            "bench": me.ru_utime + me.ru_stime,
-            "busy": machine.user + machine.nice + machine.system + machine.irq + machine.softirq,
-        }
-
-    def count_runs(self, ph: Phase) -> None:
-        import sqlalchemy as sa
-
-        from core.db import make_engine
-
-        engine = make_engine(self.settings.database_url)
-        try:
-            with engine.connect() as conn:
-                rows = conn.execute(sa.text("SELECT status, count(*) FROM runs GROUP BY status"))
-                ph.runs_by_status = {status: int(n) for status, n in rows}
-        finally:
-            engine.dispose()
-
-    def close(self) -> None:
-        """Freeze the workers, kill them with every descendant (a stage's child runs in its own
-        session and would outlive its worker), then the API; drop the database and the keys."""
-        if not self._closed.acquire(blocking=False):
-            return
-        procs = [psutil.Process(p.pid) for p in self.procs if p.poll() is None]
-        for proc in procs:
-            with contextlib.suppress(psutil.Error):
-                proc.send_signal(signal.SIGSTOP)
-        family = []
-        for proc in procs:
-            with contextlib.suppress(psutil.Error):
-                family += proc.children(recursive=True)
-        for proc in [*family, *procs]:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-        psutil.wait_procs([*family, *procs], timeout=10)
-        for p in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=1)
-        if self.pg_name:
-            with contextlib.suppress(Exception):
-                self._pg(f'DROP DATABASE IF EXISTS "{self.pg_name}" WITH (FORCE)')
-        with contextlib.suppress(Exception):
-            import redis
-
-            client = redis.Redis.from_url(REDIS_URL, socket_timeout=5)
-            keys = list(client.scan_iter(match=f"*{self.namespace}*", count=1000))
-            for i in range(0, len(keys), 1000):
-                client.delete(*keys[i : i + 1000])
-        shutil.rmtree(self.tmp / "runs", ignore_errors=True)
-
-    @staticmethod
-    def _pg(sql: str) -> None:
-        import psycopg
-
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=10) as conn:
-            conn.execute(sql)
+    engine = make_engine(scratch.database_url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT status, count(*) FROM runs GROUP BY status"))
+            ph.runs_by_status = {status: int(n) for status, n in rows}
+    finally:
+        engine.dispose()
 
 
 def hard_limit(args: argparse.Namespace) -> float:
@@ -499,33 +177,55 @@ def hard_limit(args: argparse.Namespace) -> float:
 
 def run_phase(db: str, args: argparse.Namespace, done: list[Phase]) -> Phase:
     ph = Phase(db, args.rate, args.seconds, args.subscribers)
-    stack = Stack(db, args.workers, args.api_processes)
+    tmp = Path(tempfile.mkdtemp(prefix=f"trm-load-{db}-"))
+    scratch: Scratch | None = None
+    stack: Stack | None = None
+    closing = threading.Lock()
     started = resource.getrusage(resource.RUSAGE_SELF)
+
+    def close() -> None:
+        """Once, from the phase or from the watchdog: nothing left running or on the servers."""
+        if not closing.acquire(blocking=False):
+            return
+        if stack is not None:
+            stack.stop()
+        if scratch is not None:
+            with contextlib.suppress(Exception):
+                scratch.drop()
+        shutil.rmtree(tmp / "runs", ignore_errors=True)
 
     def expired() -> None:  # last resort, if even cancelling the phase did not end it
         ph.outcome = f"HARD TIMEOUT ({hard_limit(args):.0f} s) during {ph.step}"
         print_table([*done, ph], args)
-        stack.close()
+        close()
         os._exit(3)
 
     watchdog = threading.Timer(hard_limit(args) + 30, expired)
     watchdog.daemon = True
     watchdog.start()
     try:
-        stack.start(ph)
+        ph.step = "creating the database"
+        scratch = Scratch(tmp, create_database(db, tmp, prefix="load"), prefix="load")
+        scratch.migrate()
+        ph.step = "starting the API and the workers"
+        stack = Stack({**scratch.env, "TRM_LOG_LEVEL": "WARNING"}, tmp / "logs")
+        for _ in range(args.workers):
+            stack.start_worker(queues="cpu")
+        stack.start_api(args.api_processes, timeout=60)
+        stack.wait_ready(args.workers, timeout=60)
         asyncio.run(asyncio.wait_for(drive(ph, stack, args), hard_limit(args) - 60))
         ph.step = "counting runs"
-        stack.count_runs(ph)
+        count_runs(scratch, ph)
     except TimeoutError:
         ph.outcome = f"TIMEOUT during {ph.step}"
     except Exception as exc:
         ph.outcome = f"ERROR during {ph.step}: {type(exc).__name__}: {exc}"[:300]
     finally:
-        stack.close()
+        close()
         watchdog.cancel()
     now = resource.getrusage(resource.RUSAGE_SELF)
     ph.bench_cpu_s = now.ru_utime + now.ru_stime - started.ru_utime - started.ru_stime
-    print(f"  {db}: {row(ph)}  (logs: {stack.tmp / 'service.log'})", file=sys.stderr, flush=True)
+    print(f"  {db}: {row(ph)}  (logs: {tmp / 'logs'})", file=sys.stderr, flush=True)
     return ph
 
 

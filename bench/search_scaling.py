@@ -9,18 +9,15 @@ start to its end. Speed-up = rate(N) / rate(1); the target is >= 0.8 x N up to t
 The full smoke spec as shipped is also run once with 2 workers: its best candidate's anchor score
 must beat the first candidate's by more than the noise margin.
 
-Until the lead registers the stages in worker/kinds.py, `wire()` fills them in for this process
-and its workers (the hillclimb stages, and the train kind's evaluate stage); with the stages
-registered it changes nothing.
+The workers run in a scratch environment of the tests' service stack (tests/stack.py); the search
+is submitted from this process, as the API would.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,94 +28,41 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.stack import Scratch, Stack, create_database  # noqa: E402
+
 SPEC = ROOT / "specs" / "hillclimb-smoke.json"
 REDIS_URL = os.environ.get("TRM_TEST_REDIS_URL", "redis://127.0.0.1:6379/12")
 TARGET = 0.8
-
-
-def wire() -> None:
-    """Register the stages this benchmark needs where worker/kinds.py does not yet."""
-    from worker import kinds
-
-    refs = {
-        ("train", "evaluate"): "worker.evaluate.stage:evaluate",
-        ("hillclimb", "plan"): "worker.hillclimb.stages:plan",
-        ("hillclimb", "search"): "worker.hillclimb.stages:search",
-        ("hillclimb", "finalize"): "worker.hillclimb.stages:finalize",
-    }
-    for kind, stages in list(kinds.KINDS.items()):
-        kinds.KINDS[kind] = tuple(
-            kinds.StageDef(
-                s.name,
-                s.ref or refs.get((kind, s.name)),
-                s.in_child,
-                s.weight,
-                s.after_budget or (kind, s.name) == ("hillclimb", "finalize"),
-            )
-            for s in stages
-        )
-    kinds.PLANNERS.setdefault("hillclimb", "worker.hillclimb.stages:plan_dry")
-
-
-WORKER = (
-    "import sys; sys.path.insert(0, {root!r}); from bench.search_scaling import wire; wire(); "
-    "from app.cli import main; sys.exit(main(['worker', '--queues', 'gpu,cpu']))"
-)
-
-
-def _env(base: Path) -> dict[str, str]:
-    return {
-        "TRM_DATABASE_URL": f"sqlite:///{base}/trm.db",
-        "TRM_REDIS_URL": REDIS_URL,
-        "TRM_REDIS_NAMESPACE": f"bench{uuid.uuid4().hex[:8]}",
-        "TRM_RUNS_DIR": str(base / "runs"),
-        "TRM_DATA_DIR": str(base.parent / "data"),
-        "TRM_MODEL_CACHE": str(base.parent / "models"),
-        "TRM_HEARTBEAT_S": "1",
-        "TRM_REQUEUE_AFTER_S": "2",
-    }
 
 
 def run_search(workdir: Path, workers: int, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Start `workers` workers, run one search to its end, and report what it did."""
     from sqlmodel import Session
 
-    from core.db import make_engine, upgrade
+    from core.db import make_engine
     from core.events import Publisher
     from core.models import Run
-    from core.queue import create_arq_pool, enqueue
     from core.redisconn import sync_redis
-    from core.runs import create_run
-    from core.settings import Settings
+    from core.runs import submit_run
 
     base = workdir / f"w{workers}-{uuid.uuid4().hex[:6]}"
-    base.mkdir(parents=True)
-    env = _env(base)
-    os.environ.update(env)
-    settings = Settings()
-    upgrade(settings.database_url)
+    scratch = Scratch(
+        base,
+        create_database("sqlite", base),
+        prefix="bench",
+        redis_url=REDIS_URL,
+        data_dir=workdir / "data",  # the bench data, generated once for every round
+        model_cache=workdir / "models",
+    )
+    scratch.migrate()
+    stack = Stack({**scratch.env, "TRM_HEARTBEAT_S": "1", "TRM_REQUEUE_AFTER_S": "2"}, base)
+    settings = stack.settings
     engine = make_engine(settings.database_url)
     publisher = Publisher(engine, sync_redis(settings), settings)
-    logs = [open(base / f"worker-{i}.log", "wb") for i in range(workers)]  # noqa: SIM115
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", WORKER.format(root=str(ROOT))],
-            env={**os.environ, **env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
-        for log in logs
-    ]
+    for _ in range(workers):
+        stack.start_worker(queues="gpu,cpu")
     try:
-        run, _ = create_run(publisher, settings, spec, None)
-
-        async def _enqueue() -> None:
-            pool = await create_arq_pool(settings)
-            await enqueue(pool, settings, run.id, 1, run.queue)
-            await pool.aclose()
-
-        asyncio.run(_enqueue())
+        run, _ = submit_run(publisher, settings, spec, None)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with Session(engine) as session:
@@ -149,15 +93,9 @@ def run_search(workdir: Path, workers: int, spec: dict[str, Any], timeout: float
             "logs": str(base),
         }
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        for log in logs:
-            log.close()
+        stack.stop()
+        scratch.drop()
+        engine.dispose()
 
 
 def _max_overlap(rows: list[dict[str, Any]]) -> int:
@@ -183,7 +121,6 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="keep run folders here")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
-    wire()
     from worker.envs.benchdata import ensure_bench_data
 
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="trm-search-bench-"))

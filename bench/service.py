@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +29,10 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.db import make_engine, upgrade  # noqa: E402
+from core.db import make_engine  # noqa: E402
 from core.events import Publisher  # noqa: E402
 from core.redisconn import sync_redis  # noqa: E402
-from core.settings import Settings  # noqa: E402
+from tests.stack import Scratch, Stack, create_database  # noqa: E402
 
 REDIS_URL = os.environ.get("TRM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
 
@@ -41,63 +40,6 @@ REDIS_URL = os.environ.get("TRM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
-
-
-class Stack:
-    def __init__(self, workdir: Path, port: int) -> None:
-        self.env = {
-            **os.environ,
-            "TRM_DATABASE_URL": f"sqlite:///{workdir}/trm.db",
-            "TRM_REDIS_URL": REDIS_URL,
-            "TRM_REDIS_NAMESPACE": f"b{uuid.uuid4().hex[:8]}",
-            "TRM_RUNS_DIR": str(workdir / "runs"),
-            "TRM_DATA_DIR": str(workdir / "data"),
-            "TRM_LOG_LEVEL": "WARNING",
-        }
-        self.settings = Settings(
-            **{
-                k[4:].lower(): v
-                for k, v in self.env.items()
-                if k.startswith("TRM_") and k != "TRM_LOG_LEVEL"
-            }
-        )
-        upgrade(self.settings.database_url)
-        self.port, self.url = port, f"http://127.0.0.1:{port}"
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def spawn(self, *args: str, **env: str) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", *args],
-            cwd=ROOT,
-            env={**self.env, **env},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        self.procs.append(proc)
-        return proc
-
-    def api(self) -> subprocess.Popen[bytes]:
-        proc = self.spawn("serve", "--port", str(self.port))
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                if httpx.get(f"{self.url}/healthz").status_code == 200:
-                    return proc
-            except httpx.TransportError:
-                time.sleep(0.1)
-        raise RuntimeError("API did not start")
-
-    def stop(self, proc: subprocess.Popen[bytes]) -> None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
 
 
 async def hammer(
@@ -141,11 +83,11 @@ async def hammer(
 
 
 def measure_posts(stack: Stack, seconds: float) -> dict[str, Any]:
-    api = stack.api()
+    api = stack.start_api()
     spec = {"kind": "selftest", "steps": 1, "step_seconds": 0}
     n_h, lat_h, _ = asyncio.run(hammer(stack.port, "GET", "/healthz", seconds / 2, 8))
     n_p, lat_p, errors = asyncio.run(hammer(stack.port, "POST", "/runs", seconds, 8, spec))
-    stack.stop(api)
+    stack.terminate(api)
     return {
         "healthz_rps": n_h / (seconds / 2),
         "healthz_p99_ms": pct(lat_h, 0.99) * 1000,
@@ -161,9 +103,9 @@ def measure_dispatch(stack: Stack, wake: bool, n: int) -> list[float]:
     """Seconds from a run's creation to its first stage's start, one run at a time."""
     from datetime import datetime
 
-    api = stack.api()
+    api = stack.start_api()
     env = {} if wake else {"TRM_WAKE_ON_ENQUEUE": "false", "TRM_POLL_DELAY_S": "0.5"}
-    worker = stack.spawn("worker", "--queues", "cpu", **env)
+    worker = stack.start_worker(queues="cpu", extra_env=env)
     client = httpx.Client(base_url=stack.url, timeout=30)
     time.sleep(2.0)
     out = []
@@ -178,8 +120,8 @@ def measure_dispatch(stack: Stack, wake: bool, n: int) -> list[float]:
         created = datetime.fromisoformat(shown["created_at"])
         started = datetime.fromisoformat(stage["manifest"]["started_at"])
         out.append((started - created).total_seconds())
-    stack.stop(worker)
-    stack.stop(api)
+    stack.terminate(worker)
+    stack.terminate(api)
     return out
 
 
@@ -217,11 +159,10 @@ async def sse_subscriber(
 
 
 def measure_sse(stack: Stack, subscribers: int, events: int) -> dict[str, Any]:
-    api = stack.api()
+    api = stack.start_api()
     run = httpx.post(f"{stack.url}/runs", json={"kind": "selftest", "steps": 1}).json()
-    publisher = Publisher(
-        make_engine(stack.settings.database_url), sync_redis(stack.settings), stack.settings
-    )
+    settings = stack.settings
+    publisher = Publisher(make_engine(settings.database_url), sync_redis(settings), settings)
     results: list[dict[int, float]] = [{} for _ in range(subscribers)]
 
     async def main() -> None:
@@ -245,7 +186,7 @@ def measure_sse(stack: Stack, subscribers: int, events: int) -> dict[str, Any]:
         await asyncio.wait(tasks, timeout=30)
 
     asyncio.run(main())
-    stack.stop(api)
+    stack.terminate(api)
     latencies = [v for r in results for v in r.values()]
     lost = subscribers * events - len(latencies)
     return {
@@ -256,13 +197,13 @@ def measure_sse(stack: Stack, subscribers: int, events: int) -> dict[str, Any]:
 
 
 def measure_rss(stack: Stack) -> dict[str, Any]:
-    api = stack.api()
+    api = stack.start_api()
     time.sleep(1.0)
     proc = psutil.Process(api.pid)
     rss = proc.memory_info().rss
     maps = Path(f"/proc/{api.pid}/maps").read_text()
     torch_loaded = "libtorch" in maps
-    stack.stop(api)
+    stack.terminate(api)
     bare = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"])
     time.sleep(1.0)
     bare_rss = psutil.Process(bare.pid).memory_info().rss
@@ -280,15 +221,17 @@ def main() -> int:
     parser.add_argument("--dispatch-runs", type=int, default=20)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "service.json")
     args = parser.parse_args()
-    port = 18700 + os.getpid() % 1000
     with tempfile.TemporaryDirectory() as tmp:
-        stacks: list[Stack] = []
+        used: list[tuple[Scratch, Stack]] = []
 
         def fresh() -> Stack:  # each measure gets its own database and queue namespace
-            folder = Path(tmp) / str(len(stacks))
-            folder.mkdir()
-            stacks.append(Stack(folder, port))
-            return stacks[-1]
+            folder = Path(tmp) / str(len(used))
+            scratch = Scratch(
+                folder, create_database("sqlite", folder), prefix="b", redis_url=REDIS_URL
+            )
+            scratch.migrate()
+            used.append((scratch, Stack({**scratch.env, "TRM_LOG_LEVEL": "WARNING"}, folder)))
+            return used[-1][1]
 
         try:
             posts = measure_posts(fresh(), args.seconds)
@@ -299,8 +242,9 @@ def main() -> int:
             sse1000 = measure_sse(fresh(), 1000, 10)
             rss = measure_rss(fresh())
         finally:
-            for stack in stacks:
-                stack.close()
+            for scratch, stack in used:
+                stack.stop()
+                scratch.drop()
     rows = [
         (
             "POST /runs throughput (runs/s)",

@@ -1,5 +1,5 @@
 """Shared fixtures: real SQLite and Postgres databases, a real Redis, real API and worker
-processes. Nothing of ours is mocked."""
+processes (tests/stack.py). Nothing of ours is mocked."""
 
 from __future__ import annotations
 
@@ -8,12 +8,8 @@ import contextlib
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
-import time
-import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -23,11 +19,27 @@ import pytest
 
 from core.db import upgrade
 from core.settings import Settings
+from tests.stack import REDIS_URL as REDIS_URL  # tests import these two from here
+from tests.stack import ROOT as ROOT
+from tests.stack import (
+    Scratch,
+    Stack,
+    create_database,
+    drop_database,
+    free_port,
+    settings_of,
+    wait_for,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-REDIS_URL = os.environ.get("TRM_TEST_REDIS_URL", "redis://127.0.0.1:6379/11")
-PG_ADMIN_URL = os.environ.get("TRM_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-TERMINAL = ("completed", "failed", "cancelled")
+# Every timer short, so that heartbeats, requeues, cancels and keep-alives happen within a test.
+QUICK = {
+    "TRM_HEARTBEAT_S": "0.5",
+    "TRM_STALE_AFTER_S": "3",
+    "TRM_RECONCILE_EVERY_S": "0.5",
+    "TRM_REQUEUE_AFTER_S": "1",
+    "TRM_CANCEL_GRACE_S": "3",
+    "TRM_SSE_KEEPALIVE_S": "1",
+}
 
 
 def run_async(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -37,48 +49,24 @@ def run_async(coro: Coroutine[Any, Any, Any]) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
-def _pg_admin(sql: str) -> None:
-    import psycopg
-
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(sql)
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/trm.db"
-        return
-    name = f"trm_t_{uuid.uuid4().hex[:12]}"
-    _pg_admin(f'CREATE DATABASE "{name}"')
-    base = PG_ADMIN_URL.rsplit("/", 1)[0]
-    yield f"{base}/{name}"
-    _pg_admin(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
-    _pg_admin(f'DROP DATABASE IF EXISTS "{name}"')
+    url = create_database(request.param, tmp_path)
+    yield url
+    drop_database(url)
 
 
 @pytest.fixture
-def env(database_url: str, tmp_path: Path) -> dict[str, str]:
+def env(database_url: str, tmp_path: Path) -> Iterator[dict[str, str]]:
     """The environment of every process of one test's service (API, workers, children)."""
-    return {
-        "TRM_DATABASE_URL": database_url,
-        "TRM_REDIS_URL": REDIS_URL,
-        "TRM_REDIS_NAMESPACE": f"t{uuid.uuid4().hex[:10]}",
-        "TRM_RUNS_DIR": str(tmp_path / "runs"),
-        "TRM_DATA_DIR": str(tmp_path / "data"),
-        "TRM_MODEL_CACHE": str(tmp_path / "models"),
-        "TRM_HEARTBEAT_S": "0.5",
-        "TRM_STALE_AFTER_S": "3",
-        "TRM_RECONCILE_EVERY_S": "0.5",
-        "TRM_REQUEUE_AFTER_S": "1",
-        "TRM_CANCEL_GRACE_S": "3",
-        "TRM_SSE_KEEPALIVE_S": "1",
-    }
+    scratch = Scratch(tmp_path, database_url)
+    yield {**scratch.env, **QUICK}
+    scratch.forget()
 
 
 @pytest.fixture
 def settings(env: dict[str, str]) -> Settings:
-    return Settings(**{k[4:].lower(): v for k, v in env.items()})  # type: ignore[arg-type]
+    return settings_of(env)
 
 
 @pytest.fixture
@@ -87,53 +75,13 @@ def migrated(settings: Settings) -> Settings:
     return settings
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Service:
-    """Real processes: `python -m app.cli serve` and `python -m app.cli worker`."""
+class Service(Stack):
+    """The service as the tests drive it: its processes (`Stack`), an HTTP client, and the API
+    calls the tests share."""
 
     def __init__(self, env: dict[str, str], logs: Path) -> None:
-        self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
-        self.logs = logs
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.workers: dict[str, subprocess.Popen[bytes]] = {}  # started with a worker id
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__(env, logs)
         self.http = httpx.Client(base_url=self.url, timeout=30)
-
-    def _spawn(self, name: str, *args: str, extra_env: dict[str, str] | None = None) -> Any:
-        log = open(self.logs / f"{name}-{len(self.procs)}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", *args],
-            env={**self.env, **(extra_env or {})},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
-        self.procs.append(proc)
-        return proc
-
-    def start_api(self) -> subprocess.Popen[bytes]:
-        proc = self._spawn("api", "serve", "--port", str(self.port))
-        wait_for(lambda: self._healthy(), timeout=30, what="the API to answer /healthz")
-        return proc  # type: ignore[no-any-return]
-
-    def _healthy(self) -> bool:
-        try:
-            return self.http.get("/healthz").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    def start_worker(self, worker_id: str | None = None) -> subprocess.Popen[bytes]:
-        extra = {"TRM_WORKER_ID": worker_id} if worker_id else {}
-        proc = self._spawn("worker", "worker", "--queues", "gpu,cpu", extra_env=extra)
-        if worker_id:
-            self.workers[worker_id] = proc
-        return proc  # type: ignore[no-any-return]
 
     def kill_worker_holding(self, run_id: str) -> str:
         """kill -9 the (named) worker that holds the run now; its id."""
@@ -151,12 +99,12 @@ class Service:
     def submit(self, spec: dict[str, Any], **headers: str) -> dict[str, Any]:
         response = self.http.post("/runs", json=spec, headers=headers)
         assert response.status_code == 202, response.text
-        return response.json()  # type: ignore[no-any-return]
+        return dict(response.json())
 
     def run(self, run_id: str) -> dict[str, Any]:
         response = self.http.get(f"/runs/{run_id}")
         assert response.status_code == 200, response.text
-        return response.json()  # type: ignore[no-any-return]
+        return dict(response.json())
 
     def wait_status(self, run_id: str, *statuses: str, timeout: float = 60) -> dict[str, Any]:
         found: dict[str, Any] = {}
@@ -174,28 +122,8 @@ class Service:
         return found
 
     def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
-        for proc in self.procs:
-            proc.wait(timeout=10)
+        super().stop()
         self.http.close()
-
-
-def wait_for(
-    predicate: Callable[[], bool],
-    timeout: float,
-    what: str,
-    interval: float = 0.1,
-    detail: Callable[[], str] | None = None,
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    extra = f" ({detail()})" if detail else ""
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}{extra}")
 
 
 @pytest.fixture
