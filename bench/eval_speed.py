@@ -59,7 +59,6 @@ QUICK_STATE = [
 
 def build_corpus(root: Path, quick: bool) -> Path:
     """`route` play logs, worlds 0-4 trained on, world 5 the anchors."""
-    from core.benches.menu import load_entry
     from core.schemas.corpus import CorpusSpec
     from worker.corpus import build_corpus as build
     from worker.envs import generate
@@ -71,14 +70,14 @@ def build_corpus(root: Path, quick: bool) -> Path:
         source: dict[str, Any] = {
             "type": "jsonl", "mode": "reasoning_trace", "name": "route",
             "path": str(root / "play" / "reasoning_traces.jsonl"), "state_fields": QUICK_STATE,
-            "tools_field": "options.ids", "action_field": "decision.action",
+            "tools_field": "options.ids", "tags_field": "options.tags",
+            "action_field": "decision.action",
             "meta_fields": ["meta.world_id", "meta.family", "meta.run", "meta.episode",
                             "meta.turn", "meta.kind"],
         }  # fmt: skip
     else:
         source = {"type": "trm_play_root", "name": "route", "path": str(root / "play")}
-    routerbench = load_entry("routerbench")["corpus"]["knobs"]
-    knobs = {"namespace_normalization": True, "namespace_map": routerbench["namespace_map"]}
+    knobs = {"namespace_normalization": "auto"}
     spec = {"sources": [source], "contract": "action_only", "knobs": knobs,
             "split": {"by": "env", "anchor": [ANCHOR]}}  # fmt: skip
     build(CorpusSpec.model_validate(spec), root / "corpus")

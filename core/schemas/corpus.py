@@ -39,6 +39,9 @@ class JsonlSource(StrictModel):
     state_fields: list[str] = Field(default_factory=list)
     tools_field: str | None = None
     tools_default: list[str] | None = None
+    # A list beside the tools, one shared tag each (`options.tags`): what
+    # `namespace_normalization: auto` maps the ids to.
+    tags_field: str | None = None
     action_field: str | None = None
     action_default: str | None = None
     # A list of dotted paths (meta key = last part) or {meta_key: dotted_path}.
@@ -50,12 +53,14 @@ class JsonlSource(StrictModel):
             self.state_fields
             or self.tools_field
             or self.tools_default
+            or self.tags_field
             or self.action_field
             or self.action_default
         )
         if self.mode == "normalized" and mapped:
             raise ValueError(
-                "state_fields/tools_field/tools_default/action_field/action_default apply to "
+                "state_fields/tools_field/tools_default/tags_field/action_field/action_default "
+                "apply to "
                 "mode 'reasoning_trace' only; normalized rows carry state, tools, action"
             )
         if self.mode == "reasoning_trace":
@@ -106,8 +111,12 @@ class Knobs(StrictModel):
     negative_rate: float | None = Field(default=None, ge=0.0)
     # Share of recovery rows in train (reached by downsampling); None keeps the natural share.
     recovery_rate: float | None = Field(default=None, ge=0.0, le=1.0)
-    namespace_normalization: bool = False
-    # Explicit raw id -> shared tag; ids not listed lose their env/namespace prefix.
+    # True: shared tags from `namespace_map`, else the id without its env prefix and namespace.
+    # "auto": each world's own `action_tags` (its world.json / the trace's event), e.g.
+    # `use-trm` -> `route:TRM_ONLY`, `left` -> `move:west`; ids a world does not tag stay as
+    # they are. The raw ids stay in each row's meta.
+    namespace_normalization: bool | Literal["auto"] = False
+    # Explicit raw id -> shared tag; it wins over a world's own tags.
     namespace_map: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -26,6 +26,10 @@ RUNG_NAMES = (
 Compression = Literal["full", "keys", "minimal"]
 
 
+def _off_on() -> list[bool | Literal["auto"]]:
+    return [False, True]
+
+
 class KnobRanges(StrictModel):
     """The values each data knob (SPEC §4) may take; a knob with fewer than two is not turned.
 
@@ -38,7 +42,7 @@ class KnobRanges(StrictModel):
     state_compression: list[Compression] = Field(default_factory=list)
     negative_rate: list[float | None] = Field(default_factory=lambda: [None, 0.1, 0.25, 0.5])
     recovery_rate: list[float | None] = Field(default_factory=lambda: [None, 0.1, 0.2, 0.3])
-    namespace_normalization: list[bool] = Field(default_factory=lambda: [False, True])
+    namespace_normalization: list[bool | Literal["auto"]] = Field(default_factory=_off_on)
 
     @field_validator("heldout_breadth")
     @classmethod
@@ -53,6 +57,8 @@ class TrainerKnobRanges(StrictModel):
     should move the data, not drift into hyperparameter tuning."""
 
     n_recursions: list[int] = Field(default_factory=list)
+    cycles: list[int] = Field(default_factory=list)
+    supervision_steps: list[int] = Field(default_factory=list)
     hidden: list[int] = Field(default_factory=list)
     epochs: list[int] = Field(default_factory=list)
     lr: list[float] = Field(default_factory=list)

@@ -6,8 +6,12 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from tests.corpus.corpus_logs import normalized, play_root, read_rows, spec_of, trace, write_jsonl
 from worker.corpus import build_corpus
+from worker.envs import generate
+from worker.envs.families import FAMILIES
 
 WORLDS = {f"{fam}-w{i}": 5 for fam in ("grid", "maze") for i in range(4)}
 
@@ -166,6 +170,44 @@ def test_namespace_normalization_maps_ids_to_shared_tags_and_keeps_raw_ids(tmp_p
     assert sample["meta"]["raw_tools"] == ["grid-b.north", "grid-b.south", "grid-b.east"]
     assert sample["meta"]["raw_action"] == f"grid-b.{sample['action']}"
     assert result.manifest["knobs"]["effects"]["namespace_normalization"]["rows_renamed"] == 6
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_auto_namespace_maps_every_worlds_spelling_to_its_tags(tmp_path: Path, family) -> None:
+    """`auto` reads each world's own action tags (world.json): every world spells its actions
+    its own way, and every one of those spellings becomes the world's tag for it."""
+    generate(tmp_path / "play", families=[family], worlds=4, episodes=3, seed=11)
+    source = {"type": "trm_play_root", "name": "p", "path": str(tmp_path / "play")}
+    spec = spec_of(source, knobs={"namespace_normalization": "auto"}, split={"val_fraction": 0})
+    result = build_corpus(spec, tmp_path / "o")
+    rows = read_rows(result.files["train"])
+    tags = {}
+    for world in (tmp_path / "play" / "worlds").iterdir():
+        tags[world.name] = json.loads((world / "world.json").read_text())["action_tags"]
+    assert len({tuple(sorted(t)) for t in tags.values()}) > 1  # the worlds spell them apart
+    for row in rows:
+        world_tags = tags[row["meta"]["world_id"]]
+        assert row["tools"] == [world_tags[raw] for raw in row["meta"]["raw_tools"]]
+        assert row["action"] == world_tags[row["meta"]["raw_action"]]
+    effect = result.manifest["knobs"]["effects"]["namespace_normalization"]
+    assert effect["rows_renamed"] >= len(rows) and effect["rows_kept_raw_on_collision"] == 0
+
+
+def test_auto_namespace_reads_a_reasoning_traces_tags_field(tmp_path: Path) -> None:
+    generate(tmp_path / "play", families=["route"], worlds=3, episodes=2, seed=5,
+             formats=["reasoning_trace"])  # fmt: skip
+    source = {
+        "type": "jsonl", "mode": "reasoning_trace", "name": "r",
+        "path": str(tmp_path / "play" / "reasoning_traces.jsonl"),
+        "state_fields": ["observation.request.intent"], "tools_field": "options.ids",
+        "tags_field": "options.tags", "action_field": "decision.action",
+        "meta_fields": ["meta.world_id"],
+    }  # fmt: skip
+    spec = spec_of(source, knobs={"namespace_normalization": "auto"}, split={"val_fraction": 0})
+    rows = read_rows(build_corpus(spec, tmp_path / "o").files["train"])
+    assert rows and {t for row in rows for t in row["tools"]} == {
+        "route:TRM_ONLY", "route:TRM_PLUS_LLM", "route:LLM_DIRECT", "route:COMPILE_PROMPT"
+    }  # fmt: skip
 
 
 def test_namespace_collisions_keep_the_raw_ids_and_are_counted(tmp_path: Path) -> None:

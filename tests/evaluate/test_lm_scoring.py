@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 import torch
 
-from core.benches.menu import load_entry
 from core.schemas.corpus import CorpusSpec
 from tests.train.qlora_fixtures import model_cache  # noqa: F401
 from worker.corpus import build_corpus
@@ -68,13 +67,13 @@ def trained(
     source = {
         "type": "jsonl", "mode": "reasoning_trace", "name": "route",
         "path": str(root / "play" / "reasoning_traces.jsonl"), "state_fields": STATE_FIELDS,
-        "tools_field": "options.ids", "action_field": "decision.action",
+        "tools_field": "options.ids", "tags_field": "options.tags",
+        "action_field": "decision.action",
         "meta_fields": ["meta.world_id", "meta.family", "meta.run", "meta.episode", "meta.turn",
                         "meta.kind"],
     }  # fmt: skip
     # Every world names the routes its own way; the shared tags make the unseen world readable.
-    routes = load_entry("routerbench")["corpus"]["knobs"]["namespace_map"]
-    knobs = {"namespace_normalization": True, "namespace_map": routes}
+    knobs = {"namespace_normalization": "auto"}
     spec = {"sources": [source], "contract": "action_only", "knobs": knobs,
             "split": {"by": "env", "anchor": [ANCHOR]}}  # fmt: skip
     build_corpus(CorpusSpec.model_validate(spec), root / "corpus")

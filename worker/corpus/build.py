@@ -106,7 +106,10 @@ class _Exporter:
         tools, action = row.tools, row.action
         meta = dict(row.meta)
         if self.knobs.namespace_normalization:
-            tagged = knobs.normalize_namespace(tools, action, row.env, self.knobs.namespace_map)
+            auto = row.tags if self.knobs.namespace_normalization == "auto" else None
+            tagged = knobs.normalize_namespace(
+                tools, action, row.env, self.knobs.namespace_map, auto
+            )
             if tagged is None:
                 self.collisions += 1
             elif tagged[0] != tools:

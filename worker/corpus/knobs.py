@@ -151,11 +151,16 @@ def compress_state(text: str, obj: Any, level: str, keys: list[str]) -> str | No
     return compact_json(kept)
 
 
-def namespace_tag(raw: str, env: str, mapping: dict[str, str]) -> str:
-    """Shared tag for an env-specific action id: the explicit mapping, else the id without its
-    env prefix (`grid-w3.north`) and namespace (`nav:north`, `grid/north`)."""
+def namespace_tag(
+    raw: str, env: str, mapping: dict[str, str], world_tags: dict[str, str] | None = None
+) -> str:
+    """Shared tag for an env-specific action id: the explicit mapping; else, with `world_tags`
+    (the `auto` knob), the world's own tag for it, or the id as it is; else the id without its env
+    prefix (`grid-w3.north`) and namespace (`nav:north`, `grid/north`)."""
     if raw in mapping:
         return mapping[raw]
+    if world_tags is not None:
+        return world_tags.get(raw, raw)
     tag = raw
     for sep in (".", ":", "/", "_", "-"):
         prefix = f"{env}{sep}"
@@ -169,10 +174,15 @@ def namespace_tag(raw: str, env: str, mapping: dict[str, str]) -> str:
 
 
 def normalize_namespace(
-    tools: list[str], action: str, env: str, mapping: dict[str, str]
+    tools: list[str],
+    action: str,
+    env: str,
+    mapping: dict[str, str],
+    world_tags: dict[str, str] | None = None,
 ) -> tuple[list[str], str] | None:
-    """(tags, action tag), or None when two tools of the row would share a tag."""
-    tags = [namespace_tag(tool, env, mapping) for tool in tools]
+    """(tags, action tag), or None when two tools of the row would share a tag. `world_tags`:
+    the `auto` knob's tags of the row's world."""
+    tags = [namespace_tag(tool, env, mapping, world_tags) for tool in tools]
     if len(set(tags)) != len(tags):
         return None
     return tags, tags[tools.index(action)]

@@ -47,6 +47,8 @@ class Row:
     digest: str = ""
     # The router's JSON object for the `json` contract (None for other sources).
     answer: dict[str, Any] | None = None
+    # The world's own shared tag per action id (`use-trm` -> `route:TRM_ONLY`), when it says.
+    tags: dict[str, str] = field(default_factory=dict)
 
 
 def _as_dict(value: Any) -> dict[str, Any]:

@@ -285,10 +285,37 @@ def _play_row(
             meta[key] = event[key]
     if kind:
         meta["kind"] = kind
+    tags = event.get("action_tags")
     return Row(
         state, state_obj, tools, tools[index], meta, source.name,
         world, run, episode, family, negative, recovery,
+        tags=_str_map(tags) if isinstance(tags, dict) else world_tags(path.parent),
     )  # fmt: skip
+
+
+def _str_map(value: dict[Any, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items() if isinstance(v, str | int | float)}
+
+
+_WORLD_TAGS: dict[tuple[Path, int], dict[str, str]] = {}
+
+
+def world_tags(world_dir: Path) -> dict[str, str]:
+    """A world's own action tags from its `world.json` (what `namespace_normalization: auto`
+    maps ids to); {} when it has none. Read once per file version."""
+    path = world_dir / "world.json"
+    try:
+        key = (path, path.stat().st_mtime_ns)
+    except OSError:
+        return {}
+    if key not in _WORLD_TAGS:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = {}
+        tags = data.get("action_tags") if isinstance(data, dict) else None
+        _WORLD_TAGS[key] = _str_map(tags) if isinstance(tags, dict) else {}
+    return _WORLD_TAGS[key]
 
 
 def _group_fields(
@@ -321,6 +348,7 @@ def _finish(
     label: str,
     lineno: int,
     answer: dict[str, Any] | None = None,
+    tags: dict[str, str] | None = None,
 ) -> Row:
     """A Row from already-validated parts; `extra` is meta from the row, never overwritten."""
     env, run, episode = _group_fields(extra, source.name, label, lineno)
@@ -335,7 +363,7 @@ def _finish(
         meta["kind"] = kind
     return Row(
         state[0], state[1], tools, action, meta, source.name,
-        env, run, episode, family, negative, recovery, answer=answer,
+        env, run, episode, family, negative, recovery, answer=answer, tags=tags or {},
     )  # fmt: skip
 
 
@@ -382,7 +410,13 @@ class _ReasoningTrace:
             value = dig(obj, dotted)
             if value is not _MISSING:
                 extra[key] = value
-        return _finish(source, extra, obj, state, tools, action, label, lineno)
+        tags = dig(obj, source.tags_field) if source.tags_field else _MISSING
+        pairs = (
+            dict(zip(tools, map(str, tags), strict=True))
+            if isinstance(tags, list) and len(tags) == len(tools)
+            else None
+        )
+        return _finish(source, extra, obj, state, tools, action, label, lineno, tags=pairs)
 
 
 def _read_router(source: RouterJsonlSource, lines: Lines, tally: Tally) -> list[Row]:

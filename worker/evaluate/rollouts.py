@@ -105,8 +105,13 @@ class Shaper:
             return text, shown, lambda pick: back.get(pick, pick)
         shown = list(tools)
         if self.knobs.get("namespace_normalization"):
+            auto = self.knobs.get("namespace_normalization") == "auto"
             tagged = corpus_knobs.normalize_namespace(
-                tools, tools[0], self.world.world_id, dict(self.knobs.get("namespace_map") or {})
+                tools,
+                tools[0],
+                self.world.world_id,
+                dict(self.knobs.get("namespace_map") or {}),
+                dict(self.world.action_tags) if auto else None,
             )
             if tagged is not None:
                 shown = tagged[0]
