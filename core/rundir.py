@@ -10,7 +10,8 @@ The layout, by kind (SPEC §3.2):
     corpus/ (train.jsonl val.jsonl anchor.jsonl critic.jsonl
              messages.jsonl messages_val.jsonl manifest.json)  train
     corpus.plan.json  trainer_config.resolved.json  trainer/  train
-    trainer/ (model.safetensors config.json vocab.json | adapter/ run_meta.json; checkpoints/)
+    trainer/ (model.safetensors config.json features.json | model.txt features.json |
+              adapter/ run_meta.json; checkpoints/)
     scorecard.json  samples.jsonl                             train, bench
     bench.resolved.json                                       bench
     plan.json  hillclimb_ledger.jsonl  search_summary.json  candidates/<id>/  best/   hillclimb
@@ -45,6 +46,9 @@ TRAINER_CONFIG = "trainer_config.resolved.json"
 TRAINER = "trainer"
 # In trainer/: a trm model, or a qlora adapter with its run record; checkpoints of both.
 TRM_MODEL, TRM_CONFIG, TRM_VOCAB = "model.safetensors", "config.json", "vocab.json"
+FEATURES = "features.json"  # the feature space a trm or gbdt model reads
+TRM_BEST = "best.safetensors"  # in a trm checkpoint: the best val epoch's weights so far
+GBDT_MODEL = "model.txt"  # LightGBM's own text format (never a pickle)
 ADAPTER = "adapter"
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 RUN_META = "run_meta.json"

@@ -11,16 +11,38 @@ from core.schemas.corpus import CorpusSpec
 
 
 class TrmTrainerConfig(StrictModel):
-    """The tiny recursive model (worker/train/trm.py). The run's `seed` drives it."""
+    """The tiny recursive model (worker/models/trm.py, worker/train/trm.py), in the paper's
+    terms: `n_recursions` latent updates per answer update (n), `cycles` per supervision step,
+    the first cycles-1 without gradients (T), and up to `supervision_steps` deeply supervised
+    steps per batch, with halting (N_sup). 1/1/1 is the one-step model. The run's `seed` drives
+    it. Training keeps the epoch with the best val accuracy and stops after `patience` epochs
+    without a better one."""
 
-    n_recursions: int = Field(default=4, ge=1, le=64)
-    hidden: int = Field(default=64, ge=8, le=4096)
-    epochs: int = Field(default=8, ge=1)
+    n_recursions: int = Field(default=2, ge=1, le=16)
+    cycles: int = Field(default=2, ge=1, le=8)
+    supervision_steps: int = Field(default=3, ge=1, le=16)
+    hidden: int = Field(default=64, ge=8, le=1024)
+    epochs: int = Field(default=40, ge=1, le=1000)
+    patience: int = Field(default=8, ge=1, le=1000)
     max_steps: int | None = Field(default=None, ge=1)
     batch_size: int = Field(default=32, ge=1, le=4096)
     grad_accum: int = Field(default=1, ge=1, le=1024)
-    lr: float = Field(default=3e-3, gt=0, lt=1)
-    checkpoint_every: int = Field(default=100, ge=1)
+    lr: float = Field(default=2e-3, gt=0, lt=1)
+    # Weight of the halting head's loss beside the answer's.
+    halt_weight: float = Field(default=0.5, ge=0, le=10)
+    checkpoint_every: int = Field(default=200, ge=1)
+
+
+class GbdtTrainerConfig(StrictModel):
+    """The reference learner (worker/train/gbdt.py): a LightGBM candidate ranker over the same
+    (state, candidate) features as the trm. What a user would pick instead of a neural model."""
+
+    n_estimators: int = Field(default=400, ge=1, le=5000)
+    learning_rate: float = Field(default=0.05, gt=0, le=1)
+    num_leaves: int = Field(default=31, ge=2, le=1024)
+    min_child_samples: int = Field(default=5, ge=1, le=10000)
+    # Boosting stops when the val split's accuracy has not improved for this many rounds.
+    early_stopping_rounds: int = Field(default=50, ge=1, le=5000)
 
 
 class QloraTrainerConfig(StrictModel):
@@ -45,8 +67,9 @@ class QloraTrainerConfig(StrictModel):
 
 class TrainSpec(CommonSpec):
     kind: Literal["train"]
-    trainer: Literal["trm", "qlora"] = "trm"
+    trainer: Literal["trm", "gbdt", "qlora"] = "trm"
     corpus: CorpusSpec
     trm: TrmTrainerConfig = Field(default_factory=TrmTrainerConfig)
+    gbdt: GbdtTrainerConfig = Field(default_factory=GbdtTrainerConfig)
     qlora: QloraTrainerConfig = Field(default_factory=QloraTrainerConfig)
     seed: int = 0

@@ -160,7 +160,8 @@ def test_dry_run_train_writes_resolved_config_and_planned_manifests(
         ("evaluate", "planned"),
     ]
     resolved = read_json(settings.runs_dir / run["id"] / "trainer_config.resolved.json")
-    assert resolved["trainer"] == "trm" and resolved["trainer_config"]["n_recursions"] == 4
+    assert resolved["trainer"] == "trm" and resolved["trainer_config"]["n_recursions"] == 2
+    assert resolved["trainer_config"]["supervision_steps"] == 3  # the spec's defaults, filled in
     source = resolved["corpus"]["sources"][0]["path"]
     assert source == str((settings.data_dir / "logs" / "rows.jsonl").resolve())
     plan = read_json(settings.runs_dir / run["id"] / "corpus.plan.json")

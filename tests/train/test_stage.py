@@ -79,7 +79,7 @@ def test_probe_trains_exactly_one_batch_end_to_end(tmp_path: Path, route_corpus:
     assert ctx.counters["device"] == "cpu" and "peak_vram_bytes" not in ctx.counters
     assert ctx.counters["oom_retries"] == 0
     trainer = ctx.run_dir / "trainer"
-    assert trainer / "model.safetensors" in ctx.outputs and trainer / "vocab.json" in ctx.outputs
+    assert trainer / "model.safetensors" in ctx.outputs and trainer / "features.json" in ctx.outputs
     assert ctx.run_dir / "corpus" / "train.jsonl" in ctx.inputs
     assert not (trainer / "checkpoints").exists()  # a probe leaves nothing to resume from
     json.dumps(result)

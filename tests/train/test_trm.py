@@ -1,5 +1,6 @@
-"""The `trm` trainer on real data: it learns `route`, masks missing candidates, resumes exactly,
-and the saved model scores like the trained one."""
+"""The `trm` trainer and model: it learns `route`, reads the fields of the state that belong to a
+candidate under any spelling, recurses as the paper does (gradients only through the last cycle,
+halting), keeps the best val epoch, masks missing candidates and resumes exactly."""
 
 from __future__ import annotations
 
@@ -13,37 +14,54 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from worker.models.trm import (
-    Encoded,
-    TinyRecursiveModel,
-    Tokenizer,
-    load_trm,
-    pieces,
-    save_model,
-)
+from worker.models.features import FeatureSpace
+from worker.models.trm import Encoded, SetLayer, build, load_trm, save_model
 from worker.train.callbacks import TrainerCallbacks
 from worker.train.trm import train
 
-TINY = {"hidden": 16, "n_recursions": 2, "batch_size": 8, "lr": 1e-2}
+TINY = {"hidden": 16, "n_recursions": 1, "cycles": 1, "supervision_steps": 1, "batch_size": 8,
+        "lr": 1e-2}  # fmt: skip
 
 
 def read(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def write(root: Path, split: str, rows: list[dict[str, Any]]) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
 def write_choice_corpus(root: Path, rows: int = 120, seed: int = 0) -> Path:
     """Rows with 2 to 5 candidates where the state names the right one (`want`)."""
     rng = random.Random(seed)
     names = [f"tool.{w}" for w in ("alpha", "beta", "gamma", "delta", "omega", "sigma")]
-    root.mkdir(parents=True, exist_ok=True)
     for split, n in (("train", rows), ("val", rows // 4)):
-        lines = []
+        out = []
         for _ in range(n):
             tools = rng.sample(names, rng.randint(2, 5))
             want = rng.choice(tools)
             state = json.dumps({"want": want, "noise": rng.randint(0, 9)})
-            lines.append(json.dumps({"state": state, "tools": tools, "action": want, "meta": {}}))
-        (root / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+            out.append({"state": state, "tools": tools, "action": want, "meta": {}})
+        write(root, split, out)
+    return root
+
+
+def write_aligned_corpus(root: Path, rows: int, seed: int) -> Path:
+    """Only a candidate's own field decides: `options.<id>.ok` is 1 for the right one. Train and
+    val use different spellings of the ids, so a model that read ids would fail on val."""
+    rng = random.Random(seed)
+    spellings = {"train": ["north", "south", "east", "west", "up"],
+                 "val": ["route.A", "route.B", "route.C", "route.D", "route.E"]}  # fmt: skip
+    for split, n in (("train", rows), ("val", rows // 2)):
+        out = []
+        for _ in range(n):
+            tools = rng.sample(spellings[split], rng.randint(2, 5))
+            right = rng.choice(tools)
+            options = {t: {"ok": int(t == right), "cost": rng.randint(1, 9)} for t in tools}
+            state = json.dumps({"options": options, "turn": rng.randint(0, 20)})
+            out.append({"state": state, "tools": tools, "action": right, "meta": {}})
+        write(root, split, out)
     return root
 
 
@@ -76,26 +94,34 @@ def test_default_model_learns_route_well_above_the_majority_rate(route_corpus, t
     for row in val:
         per_world[row["meta"]["env"]][row["action"]] += 1
     world_majority = sum(max(c.values()) for c in per_world.values()) / len(val)
-    accuracy = result["eval"]["val"]["accuracy"]
+    accuracy = result["eval"]["val_accuracy"]
     print(
         f"\nroute val: accuracy {accuracy:.3f}, majority {majority:.3f}, per-world majority "
         f"{world_majority:.3f}, {result['steps']} steps in {result['train_seconds']:.1f}s"
     )
-    # Well above the majority class (the issue's bar), and clearly above knowing each world's
-    # favourite action (0.69 vs 0.50 with seed 0 here).
-    assert accuracy >= majority + 0.3 and accuracy >= world_majority + 0.15
+    assert accuracy >= majority + 0.3 and accuracy >= world_majority + 0.2
     losses = [s["loss"] for s in callbacks.steps]
     assert sum(losses[-10:]) / 10 < 0.6 * sum(losses[:10]) / 10
-    assert result["stopped_by"] is None and result["steps"] == result["total_steps"]
-    assert result["rows_trained"] >= 8 * len(read(route_corpus / "train.jsonl"))
+    assert result["stopped_by"] is None
     assert result["device"] == "cpu" and result["tokens_trained"] > result["rows_trained"]
     assert {Path(p).name for p in result["artifacts"]} == {
         "model.safetensors",
         "config.json",
-        "vocab.json",
+        "features.json",
     }
-    assert result["train_seconds"] < 60
     assert [e["step"] for e in callbacks.evals][-1] == result["steps"]
+
+
+def test_training_keeps_the_best_val_epoch_and_stops_after_patience(route_corpus, trained):
+    _, result, callbacks = trained
+    scores = [e["val_accuracy"] for e in callbacks.evals]
+    best = max(range(len(scores)), key=lambda i: (scores[i], -i))  # the first of the best
+    assert result["best_epoch"] == callbacks.evals[best]["epoch"]
+    assert result["eval"]["val_accuracy"] == pytest.approx(scores[best], abs=1e-4)
+    if result["early_stopped"]:  # then exactly `patience` epochs came after the best one
+        assert len(scores) - 1 - best == 8
+    else:
+        assert result["steps"] == result["total_steps"]
 
 
 def test_saved_model_reloads_and_scores_like_the_trained_one(route_corpus, trained) -> None:
@@ -107,60 +133,91 @@ def test_saved_model_reloads_and_scores_like_the_trained_one(route_corpus, train
         r["tools"][max(range(len(s)), key=s.__getitem__)] for s, r in zip(scores, val, strict=True)
     ]
     reloaded = sum(p == r["action"] for p, r in zip(picks, val, strict=True)) / len(val)
-    assert reloaded == pytest.approx(result["eval"]["val"]["accuracy"], abs=1e-4)
+    assert reloaded == pytest.approx(result["eval"]["val_accuracy"], abs=1e-4)
     assert [policy.act(r["state"], r["tools"]) for r in val[:5]] == picks[:5]
+
+
+def test_a_candidates_own_field_decides_under_unseen_spellings(tmp_path: Path) -> None:
+    corpus = write_aligned_corpus(tmp_path / "corpus", rows=200, seed=4)
+    config = {**TINY, "epochs": 30, "patience": 30}
+    result = train(config, corpus, tmp_path / "out", TrainerCallbacks(), seed=0)
+    assert result["eval"]["val_accuracy"] == 1.0  # ids never seen in training
+
+
+def test_gradients_flow_only_through_the_last_cycle_and_halting_stops_early() -> None:
+    torch.manual_seed(0)
+    space = FeatureSpace(["a", "b"], [0.0, 0.0], [1.0, 1.0])
+    model = build(space, {"hidden": 8, "n_recursions": 2, "cycles": 3})
+    calls: list[bool] = []
+    for layer in model.modules():
+        if isinstance(layer, SetLayer):
+            layer.register_forward_hook(lambda *_: calls.append(torch.is_grad_enabled()))
+    x = model.embed(torch.randn(2, 3, space.width))
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    y, z = model.start(x)
+    y, z, scores, q = model.deep_recursion(x, y, z, mask)
+    per_cycle = (2 + 1) * 2  # (n latent updates + 1 answer update) x 2 layers of the network
+    assert calls == [False] * (2 * per_cycle) + [True] * per_cycle
+    scores.sum().backward()
+    assert model.embed[0].weight.grad is not None  # the input reaches the last cycle
+    # Halting: a row stops at the first supervision step whose q > 0.
+    steps: list[int] = []
+    real = model.deep_recursion
+    model.deep_recursion = lambda *a: (steps.append(1), real(*a))[1]  # type: ignore[method-assign]
+    for bias, expected in ((50.0, 1), (-50.0, 4)):
+        steps.clear()
+        with torch.no_grad():
+            model.halt.bias.fill_(bias)
+        model.infer(torch.randn(2, 3, space.width), mask, steps=4)
+        assert len(steps) == expected
 
 
 def test_load_trm_gives_the_in_memory_models_scores(tmp_path: Path, route_corpus: Path) -> None:
     rows = read(route_corpus / "train.jsonl")[:50]
-    tok = Tokenizer.build(rows)
+    space = FeatureSpace.fit(rows)
+    config = {"hidden": 16, "n_recursions": 2, "cycles": 2, "supervision_steps": 2}
     torch.manual_seed(3)
-    model = TinyRecursiveModel(len(tok.tokens), 16, 3).eval()
-    save_model(
-        tmp_path, model, tok, {"vocab_size": len(tok.tokens), "hidden": 16, "n_recursions": 3}
-    )
+    model = build(space, config).eval()
+    save_model(tmp_path, model, space, {"config": config})
     policy = load_trm(tmp_path)
-    with torch.no_grad():
-        direct = model(Encoded(tok, rows[:5]).batch(torch.arange(5), torch.device("cpu")))[-1]
+    data = Encoded(space, rows[:5])
+    b = data.batch(torch.arange(5), torch.device("cpu"))
+    direct = model.infer(b["x"], b["mask"], 2)
     for i, row in enumerate(rows[:5]):
-        assert policy.scores(row["state"], row["tools"]) == pytest.approx(direct[i].tolist())
+        expected = direct[i, : len(row["tools"])].tolist()
+        assert policy.scores(row["state"], row["tools"]) == pytest.approx(expected)
 
 
 def test_rows_with_fewer_candidates_put_no_probability_on_padding(tmp_path: Path) -> None:
-    # 240 rows, 40 epochs: with 120 rows seed 1 missed the bar with 0.83 on two CPUs (float32
-    # sums in another order), at 25 epochs on one and at 40 on the other; with 240 rows seeds 1-5
-    # all reach 1.0 at 40 epochs (at 25 seed 5 still fell to 0.3).
     corpus = write_choice_corpus(tmp_path / "corpus", rows=240)
-    result = train({**TINY, "epochs": 40}, corpus, tmp_path / "out", TrainerCallbacks(), seed=1)
-    assert result["eval"]["val"]["accuracy"] >= 0.9  # mixed 2..5 candidates, learned
+    config = {**TINY, "epochs": 30, "patience": 30}
+    result = train(config, corpus, tmp_path / "out", TrainerCallbacks(), seed=1)
+    assert result["eval"]["val_accuracy"] >= 0.9  # mixed 2..5 candidates, learned
     policy = load_trm(tmp_path / "out")
     two = {"state": json.dumps({"want": "tool.beta"}), "tools": ["tool.alpha", "tool.beta"]}
     tools = ["tool.alpha", "tool.beta", "tool.gamma", "tool.delta", "tool.omega"]
     five = {"state": json.dumps({"want": "tool.omega"}), "tools": tools}
-    data = Encoded(
-        policy.tokenizer, [{**two, "action": "tool.beta"}, {**five, "action": "tool.omega"}]
-    )
-    with torch.no_grad():
-        for scores in policy.model(data.batch(torch.arange(2), torch.device("cpu"))):
-            probs = scores.softmax(-1)
-            assert probs[0, 2:].sum().item() == 0.0
-            assert probs[0, :2].sum().item() == pytest.approx(1.0)
+    data = Encoded(policy.space, [{**two, "action": "tool.beta"}, {**five, "action": "tool.omega"}])
+    b = data.batch(torch.arange(2), torch.device("cpu"))
+    probs = policy.model.infer(b["x"], b["mask"], policy.steps).softmax(-1)
+    assert probs[0, 2:].sum().item() == 0.0
+    assert probs[0, :2].sum().item() == pytest.approx(1.0)
     # Batched beside a longer row, a short row scores exactly as it does alone.
     alone = policy.scores(two["state"], two["tools"])
     batched = policy.scores_batch([two["state"], five["state"]], [two["tools"], five["tools"]])
-    assert batched[0] == pytest.approx(alone) and len(batched[1]) == 5
+    assert batched[0] == pytest.approx(alone, abs=1e-5) and len(batched[1]) == 5
     assert policy.act(two["state"], two["tools"]) == "tool.beta"
 
 
 def test_cancel_saves_a_checkpoint_and_train_resumes_where_it_stopped(tmp_path: Path) -> None:
     corpus = write_choice_corpus(tmp_path / "corpus")
-    config = {**TINY, "max_steps": 9}
+    config = {**TINY, "supervision_steps": 2, "max_steps": 9}
     whole = train(config, corpus, tmp_path / "whole", TrainerCallbacks(), seed=5)
 
     out = tmp_path / "cut"
     first = train(config, corpus, out, StopAfter(4), seed=5)
     assert first["stopped_by"] == "cancel" and first["steps"] == 4
-    assert (out / "checkpoints" / "step-000004" / "trainer_state.pt").exists()
+    assert (out / "checkpoints" / "step-000004" / "checkpoint.json").exists()
     assert (out / "model.safetensors").exists()  # what it trained is kept
 
     second = train(config, corpus, out, TrainerCallbacks(), seed=5)
@@ -171,10 +228,3 @@ def test_cancel_saves_a_checkpoint_and_train_resumes_where_it_stopped(tmp_path: 
     assert second["final_loss"] == pytest.approx(whole["final_loss"], rel=1e-5)
     a, b = load_file(tmp_path / "whole" / "model.safetensors"), load_file(out / "model.safetensors")
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
-
-
-def test_candidate_ids_split_into_shared_pieces() -> None:
-    assert pieces("TRM_PLUS_LLM") == ["trm", "plus", "llm"]
-    assert pieces("route.local") == ["route", "local"]
-    assert pieces("use-trm") == ["use", "trm"]
-    assert pieces("searchDocs/v2:getItem") == ["search", "docs", "v2", "get", "item"]

@@ -51,8 +51,8 @@ def anchor_rows(corpus_dir: Path) -> tuple[list[dict[str, Any]], str]:
 def policy_ref(resolved: dict[str, Any]) -> dict[str, Any]:
     """The trained model of a train run, from its resolved config."""
     out = Path(resolved["output_dir"])
-    if resolved["trainer"] == "trm":
-        return {"type": "trm", "path": str(out)}
+    if resolved["trainer"] in ("trm", "gbdt"):
+        return {"type": resolved["trainer"], "path": str(out)}
     return {
         "type": "qlora",
         "path": str(out / "adapter"),

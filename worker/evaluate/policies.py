@@ -77,6 +77,12 @@ def _untrained_trm(ref: dict[str, Any]) -> Policy:
     return untrained_trm(Path(ref["vocab_rows"]), int(ref.get("seed", 0)), ref.get("config", {}))
 
 
+def _gbdt(ref: dict[str, Any]) -> Policy:
+    from worker.models.gbdt import load
+
+    return load(Path(ref["path"]))
+
+
 def _lm(ref: dict[str, Any]) -> Policy:
     from worker.evaluate.lm_scoring import load_lm_policy
 
@@ -86,6 +92,7 @@ def _lm(ref: dict[str, Any]) -> Policy:
 LOADERS: dict[str, Callable[[dict[str, Any]], Policy]] = {
     "trm": _trm,
     "untrained_trm": _untrained_trm,
+    "gbdt": _gbdt,
     "qlora": _lm,
     "base_lm": _lm,
 }

@@ -23,8 +23,11 @@ class Policy:
     def scores_batch(self, states: Sequence[str], tools: Sequence[list[str]]) -> list[list[float]]:
         raise NotImplementedError
 
+    def scores(self, state: str, tools: list[str]) -> list[float]:
+        return self.scores_batch([state], [tools])[0]
+
     def decide(self, state: str, tools: list[str]) -> tuple[str, list[float]]:
-        scores = self.scores_batch([state], [tools])[0]
+        scores = self.scores(state, tools)
         return tools[argmax(scores)], scores
 
     def act(self, state: str, tools: list[str]) -> str:

@@ -1,41 +1,41 @@
 """The `trm` trainer (SPEC §6): a tiny recursive model trained from scratch on normalized rows.
 
-Read top to bottom: config, loss and eval, `train()`. The model, its tokenizer and its files are in
-`worker/models/trm.py`; this file is the data order, the loop and its checkpoints.
+Read top to bottom: config, one deeply supervised batch, accuracy, `train()`. The model, its
+recursion and its files are `worker/models/trm.py`; this file is the data order, the loop, model
+selection and checkpoints.
 
-- Every recursion scores the candidates and is supervised (deep supervision), so later
-  recursions learn to correct earlier ones. Padding candidates score -inf: the cross-entropy is
-  over each row's own candidates.
-- Checkpoints (`checkpoints/step-NNNNNN/`: model, vocabulary, optimizer, step, RNG; written
-  atomically by `checkpoints.py`, shared with `qlora`) every `checkpoint_every` steps and on a
-  stop; `train()` resumes from the newest one. The data order is a function of (seed, epoch), so
-  a resumed run takes the same batches as an uninterrupted one.
+- **Deep supervision**: each batch runs up to `supervision_steps` steps; every step is one deep
+  recursion from the previous step's detached (y, z), its own loss (cross-entropy over the row's
+  candidates, plus the halting head's binary cross-entropy on "is the answer right") and its own
+  optimizer update.
+- **Model selection on val**: after every epoch the val split's accuracy (with halting, as the
+  policy answers); the best epoch's weights are kept and written, and training stops after
+  `patience` epochs without a better one. The anchors are never looked at.
+- **Checkpoints** (`checkpoints/step-NNNNNN/`: the current and the best weights, the features,
+  the optimizer, the RNG) every `checkpoint_every` batches and on a stop; `train()` resumes from
+  the newest. The data order is a function of (seed, epoch), so a resumed run takes the same
+  batches as an uninterrupted one.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import time
-from collections import Counter
-from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from torch import nn
 
-from core.rundir import TRM_MODEL, TRM_VOCAB
+from core.rundir import FEATURES, TRAIN_ROWS, TRM_BEST, TRM_MODEL, VAL_ROWS
 from core.schemas.train import TrmTrainerConfig
 from worker.context import StageFailure
-from worker.models.trm import (
-    Encoded,
-    TinyRecursiveModel,
-    Tokenizer,
-    read_rows,
-    save_model,
-)
+from worker.models.features import FeatureSpace
+from worker.models.rows import read_rows
+from worker.models.trm import Encoded, TinyRecursiveModel, build, save_model
 from worker.train import checkpoints
 from worker.train.callbacks import TrainerCallbacks
 from worker.train.memory import Rss, peak_vram, reset_peak_vram
@@ -44,31 +44,54 @@ from worker.train.memory import Rss, peak_vram, reset_peak_vram
 DEFAULTS: dict[str, Any] = {**TrmTrainerConfig().model_dump(), "seed": 0}
 # Keys that may change between attempts without invalidating a checkpoint (the OOM retry).
 RESUMABLE_CHANGES = ("batch_size", "grad_accum", "checkpoint_every")
-EVAL_SPLITS = ("val", "anchor")
 
 
-def deep_supervision_loss(outs: list[torch.Tensor], target: torch.Tensor) -> torch.Tensor:
-    """Summed (not averaged) over rows: callers divide by the rows of the optimizer step."""
-    total = sum(F.cross_entropy(o, target, reduction="sum") for o in outs)
-    return cast(torch.Tensor, total) / len(outs)
+def supervised_batch(
+    model: TinyRecursiveModel,
+    chunks: list[dict[str, torch.Tensor]],
+    optimizer: torch.optim.Optimizer,
+    steps: int,
+    halt_weight: float,
+) -> float:
+    """Deep supervision over one batch (split in `chunks` for the accumulation): `steps`
+    updates, each from the last one's detached carry. The mean loss of the last step."""
+    rows = sum(len(c["target"]) for c in chunks)
+    carries: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(chunks)
+    last = 0.0
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        last = 0.0
+        for j, b in enumerate(chunks):
+            x = model.embed(b["x"])
+            y, z = carries[j] or model.start(x)
+            y, z, scores, q = model.deep_recursion(x, y, z, b["mask"])
+            right = (scores.argmax(-1) == b["target"]).float()
+            loss = F.cross_entropy(scores, b["target"], reduction="sum")
+            loss = loss + halt_weight * F.binary_cross_entropy_with_logits(
+                q, right, reduction="sum"
+            )
+            (loss / rows).backward()
+            carries[j] = (y.detach(), z.detach())
+            last += float(loss.detach()) / rows
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+    return last
 
 
 @torch.no_grad()
-def evaluate(model: TinyRecursiveModel, data: Encoded, device: torch.device) -> dict[str, float]:
+def accuracy(model: TinyRecursiveModel, data: Encoded, steps: int, device: torch.device) -> float:
+    """Top-1 accuracy as the policy answers (halting included)."""
+    if not len(data):
+        return 0.0
     model.eval()
-    correct, loss = 0, 0.0
+    right = 0
     for start in range(0, len(data), 256):
-        idx = torch.arange(start, min(start + 256, len(data)))
-        b = data.batch(idx, device)
-        final = model(b)[-1]
-        loss += float(F.cross_entropy(final, b["target"], reduction="sum"))
-        correct += int((final.argmax(-1) == b["target"]).sum())
+        b = data.batch(torch.arange(start, min(start + 256, len(data))), device)
+        right += int((model.infer(b["x"], b["mask"], steps).argmax(-1) == b["target"]).sum())
     model.train()
-    majority = Counter(data.actions).most_common(1)[0][1] / len(data)
-    return {"accuracy": correct / len(data), "loss": loss / len(data), "majority": majority}
+    return right / len(data)
 
 
-# ---- training ----------------------------------------------------------------------------------
 def train(
     config: dict[str, Any],
     corpus_dir: Path,
@@ -80,13 +103,12 @@ def train(
     probe: bool = False,
     model_cache: Path | None = None,
 ) -> dict[str, Any]:
-    """Train on `corpus_dir/train.jsonl`; write model.safetensors, config.json, vocab.json.
-
-    `seed` (the run's) drives init and data order; `contract` and `model_cache` are unused here
-    (same signature as the other trainers). `probe` runs exactly one batch end to end.
-    """
+    """Train on `corpus_dir/train.jsonl`, select on `val.jsonl`; write model.safetensors,
+    config.json and features.json (the best epoch's). `seed` (the run's) drives init and data
+    order; `contract` and `model_cache` are unused (the trainers share one signature). `probe`
+    runs exactly one batch end to end."""
     threads = torch.get_num_threads()
-    # A model this small runs several times faster on one CPU thread than on a busy many.
+    # A model this small runs faster on one CPU thread than on a busy many.
     if not torch.cuda.is_available() and int(config.get("hidden") or 64) <= 256:
         torch.set_num_threads(1)
     try:
@@ -110,56 +132,64 @@ def _train(
     cfg = {**DEFAULTS, **{k: v for k, v in config.items() if v is not None or k == "max_steps"}}
     out_dir.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    rows = read_rows(corpus_dir / "train.jsonl")
+    rows = read_rows(corpus_dir / TRAIN_ROWS)
     if not rows:
         raise StageFailure(
-            "bad_input", f"{corpus_dir / 'train.jsonl'} has no rows: check the corpus sources and "
+            "bad_input", f"{corpus_dir / TRAIN_ROWS} has no rows: check the corpus sources and "
             "corpus/manifest.json (rows left out and why)",
         )  # fmt: skip
+    val_rows = read_rows(corpus_dir / VAL_ROWS)
     fingerprint = checkpoints.fingerprint(
-        {**cfg, "seed": seed}, RESUMABLE_CHANGES, [corpus_dir / "train.jsonl"]
+        {**cfg, "seed": seed}, RESUMABLE_CHANGES, [corpus_dir / TRAIN_ROWS, corpus_dir / VAL_ROWS]
     )
     resume = None if probe else checkpoints.resume_point(out_dir, fingerprint)
-    tok = Tokenizer.load(resume / TRM_VOCAB) if resume else Tokenizer.build(rows)
-    data = Encoded(tok, rows)
-    evals = {s: Encoded(tok, r) for s in EVAL_SPLITS if (r := read_rows(corpus_dir / f"{s}.jsonl"))}
+    space = FeatureSpace.load(resume / FEATURES) if resume else FeatureSpace.fit(rows)
+    data, val = Encoded(space, rows), Encoded(space, val_rows)
 
     micro, accum = int(cfg["batch_size"]), 1 if probe else int(cfg["grad_accum"])
     per_step = micro * accum  # the effective batch: the OOM retry keeps it
     steps_per_epoch = math.ceil(len(data) / per_step)
     total = 1 if probe else cfg["max_steps"] or int(cfg["epochs"]) * steps_per_epoch
-    meta = {
-        "format": "trm-v1", "vocab_size": len(tok.tokens), "hidden": cfg["hidden"],
-        "n_recursions": cfg["n_recursions"], "config": cfg, "seed": seed, "total_steps": total,
-    }  # fmt: skip
+    sup = 1 if probe else int(cfg["supervision_steps"])
+    meta: dict[str, Any] = {"config": cfg, "seed": seed, "total_steps": total,
+                            "features": len(space.names)}  # fmt: skip
 
     torch.manual_seed(seed)
-    model = TinyRecursiveModel(len(tok.tokens), cfg["hidden"], cfg["n_recursions"]).to(device)
+    model = build(space, cfg).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.01)
     step, last_loss, stopped_by = 0, None, None
-    if resume:  # the weights, optimizer and RNG as they were at its step
+    best: dict[str, Any] = {"accuracy": -1.0, "epoch": None, "since": 0, "state": None}
+    if resume:  # the weights, optimizer, RNG and the best epoch as they were at its step
         model.load_state_dict(load_file(resume / TRM_MODEL, device=str(device)))
         state = checkpoints.load(resume, optimizer)
         step, last_loss = int(state["step"]), state.get("loss")
+        best.update(state.get("best") or {})
+        if (resume / TRM_BEST).is_file():
+            best["state"] = load_file(resume / TRM_BEST, device=str(device))
     resumed_from = step if resume else None
 
     def lr_at(s: int) -> float:  # linear warmup, cosine down to a tenth
         warm = max(1, total // 20)
         if s < warm:
-            return cfg["lr"] * (s + 1) / warm
-        return cfg["lr"] * (
+            return float(cfg["lr"]) * (s + 1) / warm
+        return float(cfg["lr"]) * (
             0.1 + 0.45 * (1 + math.cos(math.pi * (s - warm) / max(1, total - warm)))
         )
 
     def checkpoint(at: int) -> None:
-        weights = partial(save_model, model=model, tok=tok, meta=meta)
-        state = {"loss": last_loss, "fingerprint": fingerprint}
-        path = checkpoints.save(out_dir, at, weights, optimizer, None, state)
+        def write(folder: Path) -> None:
+            save_model(folder, model, space, meta)
+            if best["state"] is not None:
+                save_file(best["state"], str(folder / TRM_BEST))
+
+        kept = {k: v for k, v in best.items() if k != "state"}
+        extra = {"loss": last_loss, "fingerprint": fingerprint, "best": kept}
+        path = checkpoints.save(out_dir, at, write, optimizer, None, extra)
         callbacks.on_checkpoint(at, path)
 
     reset_peak_vram()
     rss = Rss()
-    rows_done = tokens_done = 0
+    rows_done = candidates_done = 0
     started = time.perf_counter()
     model.train()
     while step < total:
@@ -171,42 +201,40 @@ def _train(
         idx = order[i * per_step : (i + 1) * per_step]
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
-        optimizer.zero_grad(set_to_none=True)
-        step_loss = 0.0
-        for chunk in idx.split(micro):
-            b = data.batch(chunk, device)
-            loss = deep_supervision_loss(model(b), b["target"]) / len(idx)
-            loss.backward()
-            step_loss += float(loss.detach())
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        chunks = [data.batch(chunk, device) for chunk in idx.split(micro)]
+        last_loss = supervised_batch(model, chunks, optimizer, sup, float(cfg["halt_weight"]))
         rss.sample()
-        step, last_loss = step + 1, step_loss
+        step += 1
         rows_done += len(idx)
-        tokens_done += int(data.tokens[idx].sum())
-        rate = tokens_done / max(time.perf_counter() - started, 1e-9)
-        callbacks.on_step(step, total, loss=round(step_loss, 5), lr=lr_at(step - 1),
-                          tokens_per_s=round(rate, 1), tokens_trained=tokens_done)  # fmt: skip
-        if step % steps_per_epoch == 0 or step == total:
-            for split, split_data in evals.items():
-                res = evaluate(model, split_data, device)
-                callbacks.on_eval(step, **{f"{split}_{k}": round(v, 4) for k, v in res.items()})
+        candidates_done += data.candidates(idx)
+        rate = candidates_done / max(time.perf_counter() - started, 1e-9)
+        callbacks.on_step(step, total, loss=round(last_loss, 5), lr=lr_at(step - 1),
+                          tokens_per_s=round(rate, 1), tokens_trained=candidates_done)  # fmt: skip
+        epoch_end = step % steps_per_epoch == 0 or step == total
+        since = _select(model, val, sup, device, best, epoch, callbacks, step) if epoch_end else 0
+        if since >= cfg["patience"]:
+            break  # early stopping: no better val accuracy for `patience` epochs
         if not probe and step % int(cfg["checkpoint_every"]) == 0 and step < total:
             checkpoint(step)
     if not probe:
         checkpoint(step)  # on a stop, and at the end: a re-run resumes instead of retraining
-
-    metrics = {s: evaluate(model, d, device) for s, d in evals.items()}
-    meta.update(steps=step, final_loss=last_loss, eval=metrics)
-    artifacts = save_model(out_dir, model, tok, meta)
+    if best["state"] is not None:
+        model.load_state_dict(best["state"])
+    metrics = {"val_accuracy": accuracy(model, val, sup, device) if len(val) else None,
+               "train_accuracy": accuracy(model, data, sup, device)}  # fmt: skip
+    meta.update(steps=step, final_loss=last_loss, best_epoch=best["epoch"], eval=metrics)
+    artifacts = save_model(out_dir, model, space, meta)
     return {
         "trainer": "trm",
         "steps": step,
         "total_steps": total,
         "final_loss": last_loss,
         "rows_trained": rows_done,
-        "tokens_trained": tokens_done,
+        "tokens_trained": candidates_done,
         "stopped_by": stopped_by,
+        "best_epoch": best["epoch"],
+        "early_stopped": step < total and stopped_by is None,
+        "features": len(space.names),
         "artifacts": [str(p) for p in artifacts],
         "resumed_from_step": resumed_from,
         "device": device.type,
@@ -215,5 +243,27 @@ def _train(
         "micro_batch": micro,
         "grad_accum": accum,
         "train_seconds": round(time.perf_counter() - started, 3),
-        "eval": {s: {k: round(v, 4) for k, v in m.items()} for s, m in metrics.items()},
+        "eval": {k: (round(v, 4) if v is not None else None) for k, v in metrics.items()},
     }
+
+
+def _select(
+    model: TinyRecursiveModel,
+    val: Encoded,
+    steps: int,
+    device: torch.device,
+    best: dict[str, Any],
+    epoch: int,
+    callbacks: TrainerCallbacks,
+    step: int,
+) -> int:
+    """End of an epoch: keep the weights when val accuracy beats the best so far (with no val
+    split, every epoch is kept: the last one wins). Epochs since the best."""
+    score = accuracy(model, val, steps, device) if len(val) else None
+    callbacks.on_eval(step, epoch=epoch, val_accuracy=score)
+    if score is None or score > best["accuracy"]:
+        best.update(accuracy=score if score is not None else -1.0, epoch=epoch, since=0)
+        best["state"] = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
+    else:
+        best["since"] += 1
+    return int(best["since"])

@@ -1,0 +1,366 @@
+"""What a controller sees of one row: each candidate set against the state, as named numbers
+(SPEC §6, "the input encoding aligns each candidate with the parts of the state about it, keeps
+list order and treats numbers as numbers"). Shared by the `gbdt` reference and the `trm`.
+
+Generic: no family is named here. For a row `(state, tools)`:
+
+- **Names of a candidate**: its id, the segments of its id (`route:TRM_ONLY` -> `route`,
+  `trm_only`; `BUY.GLOW` -> `buy`, `glow`) and its word pieces of three letters or more
+  (`slot_oven_3` -> `slot`, `oven`), lower case.
+- **Aligned**: parts of the state keyed by one of the candidate's names (`routes.TRM_ONLY.*`,
+  `assets.GLOW.*`, `busy.oven`), or list items whose `name`/`id` is one. Their leaves are the
+  candidate's own fields, under a path with the matched key as `*`, so another world's spelling
+  of the same field lines up (`A:routes.*.cost`).
+- **Context**: every other leaf of the state; lists of numbers keep their order (`pos.0`,
+  `pos.1`), lists of strings are sets.
+- **Features** (`name -> float`, one dict per candidate):
+  `pos`, `n` (place and count); `P:<piece>` (the candidate's name pieces);
+  `N:<i>` (the i-th integer in its id, `t3` -> 3); `A:<field>` (an aligned number) with
+  `R:` (its rank among the candidates), `HI:`/`LO:` (its distance to their max/min);
+  `C:<leaf>` (a context number, the same for every candidate); `D:<a>|<c>` (aligned or id
+  number minus context number); `IN:<a>|<c>` (context string in an aligned list),
+  `COV:<a>|<c>` (share of a context list in an aligned list), `EQ:<a>|<c>` (equal strings);
+  `NAME_IN:<c>` (a candidate name is in a context list or equals a context string).
+
+`FeatureSpace` is fitted on the train rows: which feature names exist (seen often enough), and
+for the neural model their scale. It is saved as JSON beside the model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.rundir import write_json_atomic
+
+Features = dict[str, float]
+Value = float | str | frozenset[str]
+
+MAX_LIST_INDEX = 8  # numbers of a list beyond this index are left out (order kept up to it)
+MAX_CONTEXT = 48  # context numbers a row's comparisons use (the first, in key order)
+MAX_ALIGNED = 24  # aligned numbers per candidate that are compared with the context
+MIN_SHARE = 0.005  # a feature must occur in this share of train rows (and at least twice)
+MAX_FEATURES = 4096
+FORMAT = "trm-features/1"
+
+_SEGMENTS = re.compile(r"[:@/.\s]+")
+_WORDS = re.compile(r"[A-Za-z]{3,}")
+_INTS = re.compile(r"\d+")
+
+
+def names_of(tool: str) -> set[str]:
+    low = tool.lower()
+    segments = [s for s in _SEGMENTS.split(low) if s]
+    return {low, *segments, *(w.lower() for w in _WORDS.findall(tool))}
+
+
+def pieces_of(tool: str) -> list[str]:
+    return sorted({w.lower() for w in _WORDS.findall(tool)})
+
+
+def id_numbers(tool: str) -> list[int]:
+    return [int(n) for n in _INTS.findall(tool)][:4]
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def leaves(obj: Any, path: str = "") -> Iterator[tuple[str, Value]]:
+    """(dotted path, value) for every leaf: numbers (bools as 0/1), short strings, and lists of
+    strings as sets; lists of numbers leaf by index (their order is kept), lists of objects too."""
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from leaves(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(obj, list):
+        if obj and all(isinstance(v, str) for v in obj):
+            yield path, frozenset(v.lower() for v in obj)
+        else:
+            for i, value in enumerate(obj[:MAX_LIST_INDEX]):
+                yield from leaves(value, f"{path}.{i}")
+    elif (number := _number(obj)) is not None:
+        yield path, number
+    elif isinstance(obj, str) and len(obj) <= 64:
+        yield path, obj.lower()
+
+
+def _aligned(state: Any, names: set[str]) -> list[tuple[str, Any]]:
+    """(path with the matched key as `*`, the sub-object) for the parts of the state about the
+    candidate with these names."""
+    found: list[tuple[str, Any]] = []
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                here = f"{path}.{key}" if path else str(key)
+                if str(key).lower() in names:
+                    found.append((f"{path}.*" if path else "*", value))
+                else:
+                    walk(value, here)
+        elif isinstance(node, list):
+            for i, value in enumerate(node[:64]):
+                tag = value.get("name", value.get("id")) if isinstance(value, dict) else None
+                if isinstance(tag, str) and tag.lower() in names:
+                    found.append((f"{path}.*", value))
+                else:
+                    walk(value, f"{path}.{i}")
+
+    walk(state, "")
+    return found
+
+
+def _context(state: Any, aligned_roots: set[str]) -> list[tuple[str, Value]]:
+    """Leaves of the state outside every candidate's aligned parts."""
+
+    def outside(path: str) -> bool:
+        return not any(path == root or path.startswith(root + ".") for root in aligned_roots)
+
+    return [(p, v) for p, v in leaves(state) if outside(p)]
+
+
+def nested(obj: Any) -> Any:
+    """A state flattened to dotted keys (`state_compression: minimal` writes
+    `{"routes.TRM_ONLY.cost": 1, ...}`: every value a leaf) read as the nested object it came
+    from. Other states are left as they are: a dotted key there is a name (`route.local`)."""
+    if not isinstance(obj, dict) or not any("." in str(k) for k in obj):
+        return obj
+    if any(
+        isinstance(v, dict)
+        or (
+            isinstance(v, list)
+            and v
+            and not all(isinstance(x, str | int | float | bool) for x in v)
+        )
+        for v in obj.values()
+    ):
+        return obj
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        parts = str(key).split(".")
+        node = out
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = node[part] = {}
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def row_features(state_text: str, tools: list[str]) -> list[Features]:
+    """One dict of features per candidate of the row."""
+    try:
+        state = nested(json.loads(state_text))
+    except (TypeError, ValueError):
+        state = {"text": state_text}
+    n = len(tools)
+    names = [names_of(t) for t in tools]
+    aligned: list[list[tuple[str, Value]]] = []
+    roots: set[str] = set()
+    for tool_names in names:
+        mine: list[tuple[str, Value]] = []
+        for path, sub in _aligned(state, tool_names):
+            concrete = _concrete_root(state, path, tool_names)
+            if concrete:
+                roots.add(concrete)
+            if isinstance(sub, dict | list):
+                mine += [(f"{path}.{p}" if p else path, v) for p, v in leaves(sub)]
+            else:
+                mine += [(path, v) for _, v in leaves(sub)]
+        aligned.append(mine)
+    context = _context(state, roots)
+    ctx_numbers = [(p, v) for p, v in context if isinstance(v, float)][:MAX_CONTEXT]
+    ctx_strings = [(p, v) for p, v in context if isinstance(v, str)]
+    ctx_sets = [(p, v) for p, v in context if isinstance(v, frozenset)]
+
+    # Per aligned number, its values over the row's candidates (for ranks and distances).
+    columns: dict[str, list[float]] = {}
+    for mine in aligned:
+        for path, value in mine:
+            if isinstance(value, float):
+                columns.setdefault(path, []).append(value)
+
+    out: list[Features] = []
+    for i, tool in enumerate(tools):
+        f: Features = {"pos": i / max(1, n - 1), "n": float(n)}
+        for piece in pieces_of(tool):
+            f[f"P:{piece}"] = 1.0
+        own_numbers: list[tuple[str, float]] = []
+        for k, number in enumerate(id_numbers(tool)):
+            f[f"N:{k}"] = float(number)
+            own_numbers.append((f"N:{k}", float(number)))
+        for path, value in aligned[i]:
+            key = f"A:{path}"
+            if isinstance(value, float):
+                f[key] = value
+                column = columns[path]
+                f[f"R:{path}"] = sum(v < value for v in column) / len(column)
+                f[f"HI:{path}"] = value - max(column)
+                f[f"LO:{path}"] = value - min(column)
+                own_numbers.append((key, value))
+            elif isinstance(value, frozenset):
+                f[f"LEN:{path}"] = float(len(value))
+                for cpath, cset in ctx_sets:
+                    if cset:
+                        f[f"COV:{path}|{cpath}"] = len(cset & value) / len(cset)
+                for cpath, cstr in ctx_strings:
+                    f[f"IN:{path}|{cpath}"] = float(cstr in value)
+            else:
+                for cpath, cstr in ctx_strings:
+                    if cstr == value:
+                        f[f"EQ:{path}|{cpath}"] = 1.0
+        for key, value in own_numbers[:MAX_ALIGNED]:
+            for cpath, cvalue in ctx_numbers:
+                f[f"D:{key}|{cpath}"] = value - float(cvalue)
+        for cpath, cvalue in ctx_numbers:
+            f[f"C:{cpath}"] = float(cvalue)
+        for cpath, cset in ctx_sets:
+            if names[i] & cset:
+                f[f"NAME_IN:{cpath}"] = 1.0
+        for cpath, cstr in ctx_strings:
+            if cstr in names[i]:
+                f[f"NAME_IN:{cpath}"] = 1.0
+        out.append(f)
+    return out
+
+
+def _concrete_root(state: Any, generic: str, names: set[str]) -> str | None:
+    """The concrete path of an aligned part (`routes.TRM_ONLY` for `routes.*`), so that context
+    leaves under it are not counted twice."""
+    parts = generic.split(".")
+    node, path = state, []
+    for part in parts:
+        if part == "*":
+            if isinstance(node, dict):
+                key = next((k for k in node if str(k).lower() in names), None)
+                if key is None:
+                    return None
+                path.append(str(key))
+                node = node[key]
+            elif isinstance(node, list):
+                index = next(
+                    (i for i, v in enumerate(node) if isinstance(v, dict)
+                     and str(v.get("name", v.get("id"))).lower() in names),
+                    None,
+                )  # fmt: skip
+                if index is None:
+                    return None
+                path.append(str(index))
+                node = node[index]
+            return ".".join(path)
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+        path.append(part)
+    return ".".join(path)
+
+
+@dataclass
+class FeatureSpace:
+    """The feature names a model reads, in order, and how the neural model scales them: a
+    signed log (numbers keep their order and sign, large ones are tamed), then the train rows'
+    mean and spread."""
+
+    names: list[str]
+    mean: list[float]
+    scale: list[float]
+
+    @classmethod
+    def fit(cls, rows: Iterable[dict[str, Any]]) -> FeatureSpace:
+        counts: Counter[str] = Counter()
+        sums: dict[str, list[float]] = {}
+        total = 0
+        for row in rows:
+            total += 1
+            seen: set[str] = set()
+            for features in row_features(row["state"], row["tools"]):
+                for name, value in features.items():
+                    seen.add(name)
+                    acc = sums.setdefault(name, [0.0, 0.0, 0.0])
+                    v = _squash(value)
+                    acc[0] += 1
+                    acc[1] += v
+                    acc[2] += v * v
+            counts.update(seen)
+        floor = max(2, math.ceil(MIN_SHARE * total))
+        kept = sorted((n for n, c in counts.items() if c >= floor), key=lambda n: (-counts[n], n))
+        names = sorted(kept[:MAX_FEATURES])
+        mean, scale = [], []
+        for name in names:
+            k, s, ss = sums[name]
+            mu = s / k
+            mean.append(mu)
+            scale.append(math.sqrt(max(ss / k - mu * mu, 0.0)) or 1.0)
+        return cls(names, mean, scale)
+
+    @property
+    def index(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.names)}
+
+    def raw(self, state: str, tools: list[str]) -> np.ndarray:
+        """(candidates, features): the values, NaN where a candidate has no such feature (what a
+        tree model reads)."""
+        index = self.index
+        out = np.full((len(tools), len(self.names)), np.nan, dtype=np.float64)
+        for c, features in enumerate(row_features(state, tools)):
+            for name, value in features.items():
+                j = index.get(name)
+                if j is not None:
+                    out[c, j] = value
+        return out
+
+    def scaled(self, state: str, tools: list[str]) -> np.ndarray:
+        """(candidates, 2 * features), float32: the scaled values (0 where missing) and a
+        presence flag for each (what the neural model reads)."""
+        raw = self.raw(state, tools)
+        present = ~np.isnan(raw)
+        values = np.where(present, _squash_array(np.nan_to_num(raw)), 0.0)
+        values = np.where(present, (values - self._mean) / self._scale, 0.0)
+        return np.concatenate([values, present], axis=1).astype(np.float32)
+
+    @property
+    def _mean(self) -> np.ndarray:
+        return np.asarray(self.mean, dtype=np.float64)
+
+    @property
+    def _scale(self) -> np.ndarray:
+        return np.asarray(self.scale, dtype=np.float64)
+
+    @property
+    def width(self) -> int:
+        return 2 * len(self.names)
+
+    def save(self, path: Path) -> None:
+        write_json_atomic(
+            path, {"format": FORMAT, "names": self.names, "mean": self.mean, "scale": self.scale}
+        )
+
+    @classmethod
+    def load(cls, path: Path) -> FeatureSpace:
+        data = json.loads(Path(path).read_text())
+        if data.get("format") != FORMAT:
+            raise ValueError(f"{path}: not a feature space this version reads ({FORMAT})")
+        return cls(list(data["names"]), list(data["mean"]), list(data["scale"]))
+
+
+def _squash(value: float) -> float:
+    return math.copysign(math.log1p(abs(value)), value)
+
+
+def _squash_array(values: np.ndarray) -> np.ndarray:
+    return np.sign(values) * np.log1p(np.abs(values))

@@ -1,0 +1,36 @@
+"""Corpus rows as every model reads them: state (JSON text), tools, action."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from worker.context import StageFailure
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """A corpus split (`train.jsonl`, ...) as rows of state, tools, action; a missing file has
+    none; a line that is not such a row is `bad_input`, named by file and line."""
+    if not path.exists():
+        return []
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            state, tools, action = row["state"], row["tools"], row["action"]
+        except (ValueError, KeyError, TypeError):
+            raise StageFailure(
+                "bad_input",
+                f"{path.name} line {n}: not a corpus row with state, tools, action; "
+                "rebuild the corpus (prepare_corpus) or fix the file",
+            ) from None
+        if not isinstance(tools, list) or not tools or action not in tools:
+            raise StageFailure(
+                "bad_input", f"{path.name} line {n}: the action is not one of the row's tools"
+            )
+        rows.append({"state": state if isinstance(state, str) else json.dumps(state),
+                     "tools": [str(t) for t in tools], "action": action})  # fmt: skip
+    return rows
