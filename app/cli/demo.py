@@ -2,7 +2,8 @@
 
 Starts the service like `trm up`, trains a `trm` controller on the routerBench route data (and,
 with `--qlora`, a SmolLM2 adapter), benches it against the untrained baseline on the fixed anchor
-worlds, prints the scorecard and the card, and leaves the service up for the dashboard.
+worlds, prints the scorecard (the router against the baseline, majority and the gbdt reference)
+and the card, and leaves the service up for the dashboard.
 """
 
 from __future__ import annotations
@@ -119,14 +120,29 @@ def _score(block: dict[str, Any] | None, key: str) -> str:
 
 
 def bench_summary(card: dict[str, Any], path: str) -> str:
+    """The router against the baseline and against what a user would pick instead (majority,
+    the gbdt reference), each with the paired difference on the same anchors."""
     delta = (card.get("delta") or {}).get("anchor_score") or {}
-    low, high = delta.get("ci95") or (float("nan"), float("nan"))
     lines = [
         f"routerBench anchors ({card.get('bench')}):",
         f"  router    anchor {_score(card.get('router'), 'anchor_score')}",
-        f"  baseline  anchor {_score(card.get('baseline'), 'anchor_score')}",
-        f"  delta     {delta.get('value', float('nan')):+.3f} [{low:+.3f}, {high:+.3f}]"
+        f"  baseline  anchor {_score(card.get('baseline'), 'anchor_score')}"
+        f"   router - baseline {_delta(delta)}"
         f"   intervals overlap: {'yes' if card.get('intervals_overlap') else 'no'}",
-        f"  full scorecard: {path}",
     ]
+    for name, ref in (card.get("references") or {}).items():
+        score = {"scores": {"anchor_score": ref.get("anchor_score")}}
+        p = (ref.get("mcnemar") or {}).get("p_value")
+        lines.append(
+            f"  {name:9} anchor {_score(score, 'anchor_score')}   router - {name} "
+            f"{_delta(ref.get('delta') or {})}   McNemar p={p}"
+        )
+    lines.append(f"  full scorecard: {path}")
     return "\n".join(lines)
+
+
+def _delta(delta: dict[str, Any]) -> str:
+    if delta.get("value") is None:
+        return "-"
+    low, high = delta.get("ci95") or (float("nan"), float("nan"))
+    return f"{delta['value']:+.3f} [{low:+.3f}, {high:+.3f}]"

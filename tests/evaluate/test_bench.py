@@ -47,6 +47,10 @@ def test_a_second_identical_bench_does_no_forward_passes(tmp_path):
     card = json.loads((ctx1.run_dir / "scorecard.json").read_text())
     assert card["router"]["n"]["anchor"] > 100
     assert card["delta"]["anchor_score"]["value"] == 0.0  # the same untrained model on both sides
+    # What a user would pick instead, on the router's own anchors.
+    for name in ("majority", "gbdt"):
+        assert card["references"][name]["anchor_score"]["n"] == card["router"]["n"]["anchor"]
+    assert card["references"]["gbdt"]["anchor_score"]["value"] > 0.8
     assert ctx1.counters["forward_passes"] > 0
     resolved = json.loads((ctx1.run_dir / "bench.resolved.json").read_text())
     assert resolved["split"]["anchor"] == ["route-s1000-w8", "route-s1000-w9"]

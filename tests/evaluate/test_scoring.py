@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from worker.envs import generate
 from worker.evaluate import scorecard as sc
 from worker.evaluate.anchors import anchor_rows, evaluate_policy
 from worker.evaluate.policies import ConstantPolicy, TablePolicy
+from worker.evaluate.references import mcnemar, references
 from worker.evaluate.samples import SampleCache, read_jsonl, run_sample_cache, score_rows
 
 
@@ -81,3 +83,32 @@ def test_cached_samples_are_reused_without_forward_passes(corpus, tmp_path):
     other = Counting(index=0)  # another model: nothing of the first one's is reused
     _, counters = score_rows(other, anchors, run_sample_cache(runs, runs / "r3", other.model_hash))
     assert other.forward_passes > 0 and counters["cached"] == 0
+
+
+def test_references_stand_beside_the_router_with_paired_differences(corpus):
+    """Majority and the gbdt reference, trained on the train split, on the router's anchors: an
+    oracle router beats majority by exactly the rows majority gets wrong."""
+    corpus_dir, _ = corpus
+    anchors, _ = anchor_rows(corpus_dir)
+    train = read_jsonl(corpus_dir / "train.jsonl")
+    refs = references([1.0] * len(anchors), anchors, train, [], seed=0)
+    assert set(refs) == {"majority", "gbdt"}
+    top = Counter(r["action"] for r in train).most_common(1)[0][0]
+    hits = sum(r["action"] == top for r in anchors)
+    majority = refs["majority"]
+    assert majority["anchor_score"]["n"] == len(anchors)
+    assert majority["anchor_score"]["value"] == pytest.approx(hits / len(anchors), abs=1e-4)
+    assert majority["delta"]["value"] == pytest.approx(1 - hits / len(anchors), abs=1e-4)
+    assert majority["mcnemar"]["router_only"] == len(anchors) - hits
+    assert majority["mcnemar"]["reference_only"] == 0 and majority["mcnemar"]["p_value"] < 0.01
+    gbdt = refs["gbdt"]
+    assert gbdt["anchor_score"]["value"] > majority["anchor_score"]["value"]
+
+
+def test_mcnemar_counts_only_the_examples_one_side_got_right():
+    router = [1.0, 1.0, 0.0, 1.0, 0.0, 1.0]
+    other = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+    result = mcnemar(router, other)
+    assert (result["router_only"], result["reference_only"]) == (3, 1)
+    assert result["p_value"] == pytest.approx(0.625)  # 2 * P(X <= 1), X ~ Binomial(4, 1/2)
+    assert mcnemar([1.0, 0.0], [1.0, 0.0])["p_value"] == 1.0

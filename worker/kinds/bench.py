@@ -18,15 +18,25 @@ from pathlib import Path
 from typing import Any
 
 from core.benches.resolve import ResolveError, resolve_bench
-from core.rundir import BENCH_RESOLVED, SAMPLES, SCORECARD, TRAIN_ROWS, write_json_atomic
+from core.rundir import (
+    BENCH_RESOLVED,
+    SAMPLES,
+    SCORECARD,
+    TRAIN_ROWS,
+    VAL_ROWS,
+    write_json_atomic,
+)
 from core.schemas.corpus import CorpusSpec
 from worker.context import StageContext, StageFailure
 from worker.corpus import build_corpus
 from worker.evaluate import scorecard as sc
 from worker.evaluate.anchors import anchor_rows, critic_rows, evaluate_policy, train_sample
 from worker.evaluate.policies import load_policy
+from worker.evaluate.references import references
+from worker.evaluate.references import summary as references_summary
 from worker.evaluate.samples import read_jsonl, run_sample_cache, write_samples
 from worker.kinds.base import Kind, StageDef
+from worker.models.rows import read_rows
 
 
 def bench_name(spec: dict[str, Any]) -> str | None:
@@ -141,6 +151,12 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
                 per_example.setdefault(_key(row), []).append(float(sample["correct"]))
                 samples_out.append({"side": side, "repeat": r, **sample})
         sides[side] = _combine(cards, per_example, info)
+        if side == "router":  # what a user would pick instead, on the router's rows
+            outcomes = [sides[side]["_per_example"][_key(row)] for row in anchors]
+            refs = references(
+                outcomes, anchors, read_rows(corpus_dir / TRAIN_ROWS),
+                read_rows(corpus_dir / VAL_ROWS), resolved["seed"],
+            )  # fmt: skip
     router, baseline = sides["router"], sides["baseline"]
     keys = sorted(set(router["_per_example"]) & set(baseline["_per_example"]))
     delta = {
@@ -169,7 +185,9 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
         ),
         "router": router,
         "baseline": baseline,
+        "references": refs,
     }
+    ctx.note(references_summary(refs))
     write_json_atomic(ctx.run_dir / SCORECARD, card)
     write_samples(ctx.run_dir / SAMPLES, samples_out)
     ctx.outputs.extend([ctx.run_dir / SCORECARD, ctx.run_dir / SAMPLES])

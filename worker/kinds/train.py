@@ -18,7 +18,6 @@ from typing import Any
 from pydantic import BaseModel
 
 from core.rundir import (
-    ANCHOR_ROWS,
     CORPUS,
     CORPUS_PLAN,
     MANIFEST,
@@ -46,9 +45,12 @@ from worker.evaluate.anchors import (
     train_sample,
 )
 from worker.evaluate.policies import load_policy
+from worker.evaluate.references import references
+from worker.evaluate.references import summary as references_summary
 from worker.evaluate.rollouts import EPISODES
 from worker.evaluate.samples import read_jsonl, run_sample_cache, write_samples
 from worker.kinds.base import Kind, StageDef
+from worker.models.rows import read_rows
 from worker.train.callbacks import StageCallbacks
 
 
@@ -137,11 +139,15 @@ def prepare_config(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
 # retries an out-of-memory once at half the micro-batch and twice the accumulation, so the
 # effective batch (and so the step count) stays the same.
 
-# The config keys that set the micro-batch and the accumulation, per trainer.
+# The config keys that set the micro-batch and the accumulation, per trainer (gbdt has none).
 BATCH_KEYS = {"trm": ("batch_size", "grad_accum"), "qlora": ("micro_batch", "grad_accum")}
 SPEC_MODELS: dict[str, type[BaseModel]] = {"trm": TrmTrainerConfig, "qlora": QloraTrainerConfig}
 # The corpus files each trainer reads (recorded as the stage's inputs).
-CORPUS_FILES = {"trm": (TRAIN_ROWS, VAL_ROWS, ANCHOR_ROWS), "qlora": (MESSAGES, MESSAGES_VAL)}
+CORPUS_FILES = {
+    "trm": (TRAIN_ROWS, VAL_ROWS),
+    "gbdt": (TRAIN_ROWS, VAL_ROWS),
+    "qlora": (MESSAGES, MESSAGES_VAL),
+}
 
 
 class BudgetCallbacks(StageCallbacks):
@@ -168,11 +174,15 @@ def trainer_function(name: str) -> Callable[..., dict[str, Any]]:
         from worker.train import trm
 
         return trm.train
+    if name == "gbdt":
+        from worker.train import gbdt
+
+        return gbdt.train
     if name == "qlora":
         from worker.train import qlora
 
         return qlora.train
-    raise StageFailure("bad_input", f"trainer: unknown trainer {name!r} (trm or qlora)")
+    raise StageFailure("bad_input", f"trainer: unknown trainer {name!r} (trm, gbdt or qlora)")
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -200,18 +210,18 @@ def launch_trainer(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
             "re-run the run from the start or point corpus at a folder that has it",
         )
     config = dict(resolved["config"] or {})
-    batch_key, accum_key = BATCH_KEYS[name]
-    defaults = SPEC_MODELS[name].model_fields
-    config.setdefault(batch_key, defaults[batch_key].default)
-    config.setdefault(accum_key, defaults[accum_key].default if accum_key in defaults else 1)
     callbacks = BudgetCallbacks(ctx, resolved["budget"].get("max_tokens"))
-    ctx.counters["oom_retries"] = 0
+    batch_key, accum_key = BATCH_KEYS.get(name, ("", ""))
+    if batch_key:
+        defaults = SPEC_MODELS[name].model_fields
+        config.setdefault(batch_key, defaults[batch_key].default)
+        config.setdefault(accum_key, defaults[accum_key].default if accum_key in defaults else 1)
+        ctx.counters["oom_retries"] = 0
 
     def run() -> dict[str, Any]:
-        ctx.counters["micro_batch"], ctx.counters["grad_accum"] = (
-            config[batch_key],
-            config[accum_key],
-        )
+        if batch_key:
+            ctx.counters["micro_batch"] = config[batch_key]
+            ctx.counters["grad_accum"] = config[accum_key]
         return train(
             config,
             corpus_dir,
@@ -230,6 +240,8 @@ def launch_trainer(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:
         if not is_oom(exc):
             raise
+        if not batch_key:  # no batches to halve (gbdt)
+            raise StageFailure("oom", f"{name} ran out of memory; train on fewer rows") from None
         micro, accum = int(config[batch_key]), int(config[accum_key])
         if micro <= 1:
             raise StageFailure(
@@ -337,6 +349,13 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
         should_stop=ctx.should_stop,
     )  # fmt: skip
     card.update(run_id=ctx.run_id, trainer=resolved["trainer"], corpus_hash=resolved["corpus_hash"])
+    # What a user would pick instead, trained on the same train split, on the same anchors.
+    fit_rows = read_rows(train_path)[: 50 if resolved["probe"] else None]
+    card["references"] = references(
+        [float(s["correct"]) for s in samples], anchors, fit_rows,
+        read_rows(corpus_dir / VAL_ROWS), seed,
+    )  # fmt: skip
+    ctx.note(references_summary(card["references"]))
     write_json_atomic(ctx.run_dir / SCORECARD, card)
     write_samples(ctx.run_dir / SAMPLES, samples)
     ctx.inputs.extend(p for p in (train_path, corpus_dir / f"{split}.jsonl") if p.exists())

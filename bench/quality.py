@@ -1,0 +1,228 @@
+"""Benchmark: controller quality on unseen worlds, against what a user would pick instead.
+
+    .venv/bin/python bench/quality.py [--families route,grid,rebalance,schedule,verify]
+        [--seeds 0,1,2] [--gen-seed 4242] [--worlds 10] [--episodes 40] [--qlora] [--keep DIR]
+
+Per family: `trm envs generate` worlds at a generation seed no test uses, a corpus split by env
+(`namespace_normalization: auto`), the last two worlds as anchors (never trained on), two more
+as val (model selection). Per method and seed, trained on the same train rows and scored on the
+same anchor rows: `majority` (the most frequent action id), `gbdt` (the LightGBM reference),
+`trm-1step` (n = T = N_sup = 1, the ablation), `trm` (the spec's defaults: the paper's recursion),
+and with `--qlora` a SmolLM2 adapter on `route`. Anchor accuracy is the per-example mean over the
+seeds with its 95% interval; spread is max - min over seeds; rollouts in the anchor worlds give
+success and failure. The targets of the controller-quality issue are checked at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from core.schemas.corpus import CorpusSpec  # noqa: E402
+from worker.corpus import build_corpus  # noqa: E402
+from worker.envs import generate  # noqa: E402
+from worker.evaluate import scorecard as sc  # noqa: E402
+from worker.evaluate.anchors import anchor_rows, evaluate_policy  # noqa: E402
+from worker.evaluate.policies import ConstantPolicy, load_policy  # noqa: E402
+from worker.evaluate.samples import SampleCache, read_jsonl  # noqa: E402
+from worker.models.policy import Policy  # noqa: E402
+from worker.train.callbacks import TrainerCallbacks  # noqa: E402
+
+FAMILIES = ("route", "grid", "rebalance", "schedule", "verify")
+ONE_STEP = {"n_recursions": 1, "cycles": 1, "supervision_steps": 1}
+QLORA = {"max_steps": 40, "micro_batch": 8, "grad_accum": 1, "max_seq_len": 384, "lr": 1e-3}
+
+
+def corpus_for(root: Path, family: str, args: argparse.Namespace) -> Path:
+    play = root / f"play-{family}"
+    generate(play, families=[family], worlds=args.worlds, episodes=args.episodes,
+             seed=args.gen_seed)  # fmt: skip
+    worlds = sorted(p.name for p in (play / "worlds").iterdir())
+    spec = {
+        "sources": [{"type": "trm_play_root", "name": family, "path": str(play)}],
+        "split": {"by": "env", "seed": 0, "anchor": worlds[-2:], "val_fraction": 0.25},
+        "knobs": {"namespace_normalization": "auto"},
+        "contract": "action_only",
+    }
+    out = root / f"corpus-{family}"
+    build_corpus(CorpusSpec.model_validate(spec), out)
+    return out
+
+
+def train_method(method: str, corpus: Path, out: Path, seed: int) -> tuple[Policy, float]:
+    """(the trained policy, its training seconds)."""
+    started = time.perf_counter()
+    if method == "majority":
+        train = read_jsonl(corpus / "train.jsonl")
+        top = Counter(r["action"] for r in train).most_common(1)[0][0]
+        policy: Policy = ConstantPolicy(top)
+        return policy, time.perf_counter() - started
+    if method == "gbdt":
+        from worker.train import gbdt
+
+        gbdt.train({}, corpus, out, TrainerCallbacks(), seed=seed)
+        ref = {"type": "gbdt", "path": str(out)}
+    elif method.startswith("trm"):
+        from worker.train import trm
+
+        config = ONE_STEP if method == "trm-1step" else {}
+        trm.train(config, corpus, out, TrainerCallbacks(), seed=seed)
+        ref = {"type": "trm", "path": str(out)}
+    else:
+        from worker.models.base_model import BUILTIN
+        from worker.train import qlora
+
+        cache = Path(tempfile.gettempdir()) / "trm-quality-models"
+        qlora.train({**QLORA, "base_model": BUILTIN}, corpus, out, TrainerCallbacks(),
+                    seed=seed, model_cache=cache)  # fmt: skip
+        ref = {"type": "qlora", "path": str(out / "adapter"), "contract": "action_only",
+               "model_cache": str(cache)}  # fmt: skip
+    seconds = time.perf_counter() - started
+    return load_policy(ref), seconds
+
+
+def measure(
+    method: str, corpus: Path, spec: dict[str, Any], seeds: list[int], work: Path, episodes: int
+) -> dict[str, Any]:
+    anchors, split = anchor_rows(corpus)
+    train = read_jsonl(corpus / "train.jsonl")[:500]
+    per_example: list[list[float]] = [[] for _ in anchors]
+    runs = []
+    for seed in seeds if method != "majority" else seeds[:1]:
+        policy, seconds = train_method(method, corpus, work / f"{method}-{seed}", seed)
+        card, samples, _ = evaluate_policy(
+            policy, train, anchors, split, spec, SampleCache(None), seed=seed, episodes=episodes
+        )
+        for i, sample in enumerate(samples):
+            per_example[i].append(float(sample["correct"]))
+        successes = [w.get("success_rate", {}) for w in card["per_world"].values()]
+        ok = [s["value"] for s in successes if s and s.get("value") is not None]
+        runs.append({
+            "seed": seed, "anchor": card["anchor_score"], "seconds": seconds,
+            "failure": card["scores"]["failure_rate"]["value"],
+            "success": sum(ok) / len(ok) if ok else None,
+        })  # fmt: skip
+        print(f"  {method:10} seed {seed}: anchor {card['anchor_score']:.3f} "
+              f"failure {runs[-1]['failure']} train {seconds:.1f}s", file=sys.stderr)  # fmt: skip
+    averaged = [sum(v) / len(v) for v in per_example]
+    anchor = sc.score(averaged)
+    scores = [r["anchor"] for r in runs]
+    return {
+        "anchor": anchor,
+        "per_example": averaged,
+        "spread": max(scores) - min(scores),
+        "failure": _mean([r["failure"] for r in runs]),
+        "success": _mean([r["success"] for r in runs]),
+        "seconds": _mean([r["seconds"] for r in runs]),
+        "runs": runs,
+    }
+
+
+def _mean(values: list[Any]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def table(results: dict[str, dict[str, dict[str, Any]]], seeds: list[int]) -> str:
+    lines = [
+        f"| family | method | anchor accuracy (mean of {len(seeds)} seeds) [95% CI] | seed spread "
+        "| rollout success | rollout failure | train s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for family, methods in results.items():
+        n = next(iter(methods.values()))["anchor"]["n"]
+        for method, r in methods.items():
+            low, high = r["anchor"]["ci95"]
+            lines.append(
+                f"| {family} (n={n}) | {method} | {r['anchor']['value']:.3f} [{low:.3f}, "
+                f"{high:.3f}] | {_fmt(r['spread'])} | {_fmt(r['success'])} | "
+                f"{_fmt(r['failure'])} | {_fmt(r['seconds'], 1)} |"
+            )
+    return "\n".join(lines)
+
+
+def checks(results: dict[str, dict[str, dict[str, Any]]]) -> list[tuple[str, bool, str]]:
+    """The controller-quality issue's targets, each with what was measured."""
+    out = []
+    for family, m in results.items():
+        trm, gbdt, major = m["trm"], m["gbdt"], m["majority"]
+        t, g = trm["anchor"]["value"], gbdt["anchor"]["value"]
+        out.append((f"{family}: trm >= gbdt - 0.02", t >= g - 0.02, f"{t:.3f} vs {g:.3f}"))
+        above = t > major["anchor"]["value"] and not sc.overlaps(trm["anchor"], major["anchor"])
+        out.append((f"{family}: trm above majority, intervals apart", above,
+                    f"{trm['anchor']['ci95']} vs {major['anchor']['ci95']}"))  # fmt: skip
+        out.append((f"{family}: trm trains in <= 120 s", (trm["seconds"] or 0) <= 120,
+                    f"{_fmt(trm['seconds'], 1)} s"))  # fmt: skip
+        if family in ("grid", "schedule"):
+            gain = t - m["trm-1step"]["anchor"]["value"]
+            spread = max(trm["spread"], m["trm-1step"]["spread"])
+            out.append((f"{family}: recursion beats 1-step by more than the seed spread",
+                        gain > spread, f"{gain:+.3f} vs spread {spread:.3f}"))  # fmt: skip
+        if family in ("route", "rebalance"):
+            fail = trm["failure"]
+            out.append((f"{family}: trm rollout failure <= 0.10", fail is not None and fail <= 0.1,
+                        _fmt(fail)))  # fmt: skip
+    if "route" in results:
+        r = results["route"]["trm"]
+        out.append(("route: trm anchors >= 0.95", r["anchor"]["value"] >= 0.95,
+                    f"{r['anchor']['value']:.3f}"))  # fmt: skip
+        out.append(("route: trm seed spread <= 0.03", r["spread"] <= 0.03, f"{r['spread']:.3f}"))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--gen-seed", type=int, default=4242, help="no test uses it")
+    parser.add_argument("--worlds", type=int, default=10)
+    parser.add_argument("--episodes", type=int, default=40)
+    parser.add_argument("--rollout-episodes", type=int, default=20)
+    parser.add_argument("--qlora", action="store_true", help="also a SmolLM2 adapter on route")
+    parser.add_argument("--keep", type=Path, help="keep the data and models here")
+    parser.add_argument("--json", type=Path, help="also write the results as JSON")
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    root = args.keep or Path(tempfile.mkdtemp(prefix="trm-quality-"))
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    try:
+        for family in args.families.split(","):
+            print(f"{family}:", file=sys.stderr)
+            corpus = corpus_for(root, family, args)
+            spec = json.loads((corpus / "manifest.json").read_text())["spec"]
+            methods = ["majority", "gbdt", "trm-1step", "trm"]
+            if args.qlora and family == "route":
+                methods.append("qlora")
+            results[family] = {
+                m: measure(m, corpus, spec, seeds, root / family, args.rollout_episodes)
+                for m in methods
+            }
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    print(table(results, seeds))
+    print()
+    for name, ok, measured in checks(results):
+        print(f"{'PASS' if ok else 'MISS'}  {name}: {measured}")
+    if args.json:
+        plain = {f: {m: {k: v for k, v in r.items() if k != "per_example"} for m, r in ms.items()}
+                 for f, ms in results.items()}  # fmt: skip
+        args.json.write_text(json.dumps(plain, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
