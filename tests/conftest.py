@@ -200,3 +200,19 @@ class TcpProxy:
             for sock in (src, dst):
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture(scope="session")
+def route_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Real `route` play logs built into a real corpus (no hand-written rows): 6 worlds x 60
+    episodes, split by episode (val: unseen episodes)."""
+    from core.schemas.corpus import CorpusSpec
+    from worker.corpus import build_corpus
+    from worker.envs import generate
+
+    root = tmp_path_factory.mktemp("route")
+    generate(root / "play", families=["route"], worlds=6, episodes=60, seed=0)
+    source = {"type": "trm_play_root", "name": "route", "path": str(root / "play")}
+    spec = CorpusSpec.model_validate({"sources": [source], "split": {"by": "episode"}})
+    build_corpus(spec, root / "corpus")
+    return root / "corpus"

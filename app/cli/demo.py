@@ -128,7 +128,7 @@ def bench_summary(card: dict[str, Any], path: str) -> str:
         f"  router    anchor {_score(card.get('router'), 'anchor_score')}",
         f"  baseline  anchor {_score(card.get('baseline'), 'anchor_score')}"
         f"   router - baseline {_delta(delta)}"
-        f"   intervals overlap: {'yes' if card.get('intervals_overlap') else 'no'}",
+        f"   McNemar p={((card.get('delta') or {}).get('mcnemar') or {}).get('p_value')}",
     ]
     for name, ref in (card.get("references") or {}).items():
         score = {"scores": {"anchor_score": ref.get("anchor_score")}}

@@ -233,7 +233,23 @@ views.run = {
     }
     if (sc.anchor_split && sc.anchor_split !== "anchor") rows.push(h("tr", {}, h("td", { colspan: 9, class: "muted" }, `anchor scores are on the ${sc.anchor_split} split`)));
     for (const note of sc.notes || []) rows.push(h("tr", {}, h("td", { colspan: 9, class: "muted" }, note)));
-    $("#run-scorecard").replaceChildren(h("table", { class: "scorecard" }, h("thead", {}, head), h("tbody", {}, rows.filter(Boolean))));
+    const tables = [h("table", { class: "scorecard" }, h("thead", {}, head), h("tbody", {}, rows.filter(Boolean)))];
+    // What a user would pick instead (worker/evaluate/references.py), on the router's anchors.
+    const refs = Object.entries(sc.references || {});
+    if (refs.length) {
+      const refHead = h("tr", {}, ...["reference", "model", "anchor", "95% interval", "n", "router − it", "95% interval", "McNemar p"].map((t) => h("th", {}, t)));
+      const refRows = refs.map(([name, ref]) => {
+        const a = score({ scores: { anchor_score: ref.anchor_score } }, "anchor_score");
+        const d = ref.delta || {};
+        const dv = d.value === null || d.value === undefined ? "-" : (d.value >= 0 ? "+" : "") + d.value.toFixed(3);
+        return h("tr", { "data-reference": name }, h("td", {}, name), h("td", {}, ref.model || "-"),
+          h("td", { class: "num" }, num(a.value)), h("td", {}, interval(a)), h("td", { class: "num" }, a.n ?? "-"),
+          h("td", { class: "num" }, dv), h("td", {}, interval(Object.fromEntries(["lo", "hi"].map((k, i) => [k, (pair(d.ci95) || [null, null])[i]])))),
+          h("td", { class: "num" }, (ref.mcnemar || {}).p_value ?? "-"));
+      });
+      tables.push(h("table", { class: "scorecard references" }, h("thead", {}, refHead), h("tbody", {}, refRows)));
+    }
+    $("#run-scorecard").replaceChildren(...tables);
   },
   renderLedger() {
     $("#run-ledger-box").hidden = false;

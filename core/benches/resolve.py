@@ -4,12 +4,12 @@ the API answers `POST /benches/{name}?dry_run=true` with it without starting a w
 `baseline` / `router` each name one of:
 - `none`: an untrained controller (trm benches: the default trm config at a fixed seed, with the
   vocabulary of the bench corpus) or the bare base model (`trainer: qlora` benches);
-- a train run id: `RUNS_DIR/<id>/` must be `completed` (its summary.json), its model is read
-  through its `trainer_config.resolved.json`; the corpus knobs of its spec shape the anchors;
+- a train run id: `RUNS_DIR/<id>/` must be `completed` (its summary.json); its trainer (trm, gbdt
+  or qlora) says what its `trainer/` folder holds; the corpus knobs of its spec shape the anchors;
 - `<hill-climb run id>:root` / `:final`: `RUNS_DIR/<id>/summary.json` keys `root_candidate_run`
   (its first candidate) and `best_run` (its best) name the train run;
-- an artifact path under RUNS_DIR or DATA_DIR: a folder with `model.safetensors` (trm) or
-  `adapter_config.json` (a qlora adapter; `adapter/` inside the folder is looked into too).
+- an artifact path under RUNS_DIR or DATA_DIR: a folder with `model.safetensors` (trm),
+  `model.txt` (gbdt) or `adapter_config.json` (a qlora adapter; `adapter/` inside is looked into).
 """
 
 from __future__ import annotations
@@ -19,6 +19,18 @@ from pathlib import Path
 from typing import Any
 
 from core.benches.menu import load_entry
+from core.rundir import (
+    ADAPTER,
+    ADAPTER_CONFIG,
+    CORPUS,
+    GBDT_MODEL,
+    MANIFEST,
+    RUN_META,
+    SUMMARY,
+    TRAINER,
+    TRAINER_CONFIG,
+    TRM_MODEL,
+)
 
 TRACE_FILE = "reasoning_traces.jsonl"  # worker/envs/writers.py
 # The knobs that change how a row reads: a trained side's anchors are shaped with its own.
@@ -50,7 +62,7 @@ def resolve_side(
     run_dir = Path(runs_dir) / run_id
     if "/" not in run_id and run_dir.is_dir():
         if pick:
-            summary = _read_json(run_dir / "summary.json")
+            summary = _read_json(run_dir / SUMMARY)
             key = {"root": "root_candidate_run", "final": "best_run"}.get(pick)
             if key is None or not summary.get(key):
                 raise ResolveError(
@@ -60,7 +72,7 @@ def resolve_side(
                 )
             return {**resolve_side(summary[key], side, runs_dir, data_dir, trainer, model_cache),
                     "ref": ref}  # fmt: skip
-        return _from_run(ref, side, run_dir)
+        return _from_run(ref, side, run_dir, model_cache)
     path = Path(ref)
     allowed = [Path(runs_dir).resolve(), Path(data_dir).resolve()]
     if not path.is_absolute():
@@ -74,8 +86,10 @@ def resolve_side(
     return {"ref": ref, "policy": _artifact(path, side, ref, model_cache), "knobs": None}
 
 
-def _from_run(ref: str, side: str, run_dir: Path) -> dict[str, Any]:
-    summary = _read_json(run_dir / "summary.json")
+def _from_run(ref: str, side: str, run_dir: Path, model_cache: Path) -> dict[str, Any]:
+    """A completed train run's model. Its folders are the run directory's own (`trainer/`,
+    `corpus/`), never paths read from a file in it."""
+    summary = _read_json(run_dir / SUMMARY)
     status = summary.get("status", "not finished")
     if status != "completed" or summary.get("dry_run"):
         raise ResolveError(
@@ -83,31 +97,35 @@ def _from_run(ref: str, side: str, run_dir: Path) -> dict[str, Any]:
             f"{side}: run {ref} is {'a dry run' if summary.get('dry_run') else status}, not a "
             "completed train run; bench a completed one",
         )
-    resolved = _read_json(run_dir / "trainer_config.resolved.json")
-    if not resolved.get("trainer"):
-        raise ResolveError("bad_input", f"{side}: run {ref} has no trainer_config.resolved.json")
-    out = Path(resolved["output_dir"])
+    resolved = _read_json(run_dir / TRAINER_CONFIG)
+    trainer = resolved.get("trainer")
+    if trainer not in ("trm", "gbdt", "qlora"):
+        raise ResolveError("bad_input", f"{side}: run {ref} has no {TRAINER_CONFIG}")
+    out = run_dir / TRAINER
     policy: dict[str, Any]
-    if resolved["trainer"] == "trm":
-        policy = {"type": "trm", "path": str(out)}
+    if trainer in ("trm", "gbdt"):
+        policy = {"type": trainer, "path": str(out)}
     else:
+        contract = resolved.get("contract")
         policy = {
             "type": "qlora",
-            "path": str(out / "adapter"),
-            "contract": resolved.get("contract", "action_only"),
-            "model_cache": resolved.get("model_cache"),
+            "path": str(out / ADAPTER),
+            "contract": contract if contract in ("action_only", "json") else "action_only",
+            "model_cache": str(model_cache),
         }
-    manifest = _read_json(Path(resolved["corpus_dir"]) / "manifest.json")
+    manifest = _read_json(run_dir / CORPUS / MANIFEST)
     knobs = {k: v for k, v in (manifest.get("knobs") or {}).items() if k in SHAPE_KNOBS}
     return {"ref": ref, "run_id": run_dir.name, "policy": policy, "knobs": knobs}
 
 
 def _artifact(path: Path, side: str, ref: str, model_cache: Path) -> dict[str, Any]:
-    if (path / "model.safetensors").is_file():
+    if (path / TRM_MODEL).is_file():
         return {"type": "trm", "path": str(path)}
-    for folder in (path, path / "adapter"):
-        if (folder / "adapter_config.json").is_file():
-            meta = _read_json(folder.parent / "run_meta.json")
+    if (path / GBDT_MODEL).is_file():
+        return {"type": "gbdt", "path": str(path)}
+    for folder in (path, path / ADAPTER):
+        if (folder / ADAPTER_CONFIG).is_file():
+            meta = _read_json(folder.parent / RUN_META)
             return {
                 "type": "qlora",
                 "path": str(folder),
@@ -116,8 +134,8 @@ def _artifact(path: Path, side: str, ref: str, model_cache: Path) -> dict[str, A
             }
     raise ResolveError(
         "dependency",
-        f"{side}: {path} holds no model (model.safetensors for trm, adapter_config.json for a "
-        "qlora adapter); put the artifact there or name a completed run",
+        f"{side}: {path} holds no model ({TRM_MODEL} for trm, {GBDT_MODEL} for gbdt, "
+        f"{ADAPTER_CONFIG} for a qlora adapter); put the artifact there or name a completed run",
     )
 
 

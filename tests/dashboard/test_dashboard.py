@@ -366,6 +366,20 @@ def insert_bench(settings: Settings) -> str:
         "baseline": baseline,
         "router": router,
         "delta": {"anchor_score": {"value": 0.2083, "n": 120, "ci95": [0.12, 0.29]}},
+        "references": {
+            "majority": {
+                "model": "majority:route:TRM_ONLY",
+                "anchor_score": sc.score([1.0] * 50 + [0.0] * 70),
+                "delta": {"value": 0.2833, "n": 120, "ci95": [0.19, 0.37]},
+                "mcnemar": {"router_only": 40, "reference_only": 6, "p_value": 0.000001},
+            },
+            "gbdt": {
+                "model": "gbdt(rounds=80)",
+                "anchor_score": sc.score([1.0] * 86 + [0.0] * 34),
+                "delta": {"value": -0.0167, "n": 120, "ci95": [-0.07, 0.04]},
+                "mcnemar": {"router_only": 5, "reference_only": 7, "p_value": 0.774414},
+            },
+        },
     }
     engine = make_engine(settings.database_url)
     with Session(engine) as db:
@@ -408,6 +422,10 @@ def test_a_bench_shows_baseline_vs_router_per_family_with_intervals(
     text = anchor.text_content() or ""
     assert "0.700" in text and "+0.208" in text and "[0.120, 0.290]" in text
     assert page.locator('#run-scorecard tr[data-score="route · anchor"]').count() == 1
+    # What a user would pick instead, beside the router.
+    gbdt = page.locator('#run-scorecard tr[data-reference="gbdt"]').text_content() or ""
+    assert "0.717" in gbdt and "-0.017" in gbdt and "[-0.070, 0.040]" in gbdt and "0.774" in gbdt
+    assert page.locator('#run-scorecard tr[data-reference="majority"]').count() == 1
     screenshot(page, "bench-page.png", tmp_path)
 
 

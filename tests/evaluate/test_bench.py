@@ -82,3 +82,20 @@ def test_an_unfinished_run_as_router_is_bad_input_naming_it(tmp_path):
         bench.resolve(ctx_for(tmp_path, "b4", "resolve"), {**SPEC, "router": "r-unfinished"})
     assert caught.value.failure_class == "bad_input"
     assert "r-unfinished" in caught.value.reason
+
+
+def test_a_gbdt_train_run_benches_as_the_router(tmp_path, route_corpus):
+    """A completed `trainer: gbdt` run is a router like any other: its model.txt is scored."""
+    from worker.train import gbdt
+    from worker.train.callbacks import TrainerCallbacks
+
+    run = tmp_path / "runs" / "r-gbdt"
+    gbdt.train({}, route_corpus, run / "trainer", TrainerCallbacks(), seed=0)
+    (run / "summary.json").write_text(json.dumps({"status": "completed", "dry_run": False}))
+    (run / "trainer_config.resolved.json").write_text(json.dumps({"trainer": "gbdt"}))
+    first, ctx = run_bench(tmp_path, "b5", {**SPEC, "router": "r-gbdt"})
+    resolved = json.loads((ctx.run_dir / "bench.resolved.json").read_text())
+    assert resolved["router"]["policy"] == {"type": "gbdt", "path": str(run / "trainer")}
+    card = json.loads((ctx.run_dir / "scorecard.json").read_text())
+    assert card["router"]["model"]["name"].startswith("gbdt:")
+    assert card["delta"]["anchor_score"]["value"] > 0  # a trained ranker beats an untrained trm

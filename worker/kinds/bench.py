@@ -32,7 +32,7 @@ from worker.corpus import build_corpus
 from worker.evaluate import scorecard as sc
 from worker.evaluate.anchors import anchor_rows, critic_rows, evaluate_policy, train_sample
 from worker.evaluate.policies import load_policy
-from worker.evaluate.references import references
+from worker.evaluate.references import mcnemar, references
 from worker.evaluate.references import summary as references_summary
 from worker.evaluate.samples import read_jsonl, run_sample_cache, write_samples
 from worker.kinds.base import Kind, StageDef
@@ -159,10 +159,13 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
             )  # fmt: skip
     router, baseline = sides["router"], sides["baseline"]
     keys = sorted(set(router["_per_example"]) & set(baseline["_per_example"]))
+    ours, theirs = (
+        [router["_per_example"][k] for k in keys],
+        [baseline["_per_example"][k] for k in keys],
+    )
     delta = {
-        "anchor_score": sc.paired_delta(
-            [router["_per_example"][k] for k in keys], [baseline["_per_example"][k] for k in keys]
-        ),
+        "anchor_score": sc.paired_delta(ours, theirs),
+        "mcnemar": mcnemar(ours, theirs),
         "failure_rate": sc.difference(
             router["scores"]["failure_rate"], baseline["scores"]["failure_rate"]
         ),
