@@ -14,9 +14,8 @@ from typing import Any
 import numpy as np
 
 from core.rundir import FEATURES, GBDT_MODEL, atomic_file
-from worker.context import StageFailure
 from worker.models.features import FeatureSpace
-from worker.models.policy import Policy, files_hash
+from worker.models.policy import Policy, files_hash, model_files
 
 
 def matrix(space: FeatureSpace, rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, list[int]]:
@@ -59,15 +58,7 @@ def save(folder: Path, booster: Any, space: FeatureSpace) -> list[Path]:
 def load(folder: Path) -> GbdtPolicy:
     import lightgbm
 
-    folder = Path(folder)
-    files = [folder / GBDT_MODEL, folder / FEATURES]
-    missing = [str(f) for f in files if not f.is_file()]
-    if missing:
-        raise StageFailure(
-            "dependency",
-            f"no gbdt model at {folder}: missing {', '.join(missing)} (a completed gbdt train run "
-            "leaves them in <run>/trainer/)",
-        )
+    files = model_files(folder, [GBDT_MODEL, FEATURES], "gbdt")
     booster = lightgbm.Booster(model_str=files[0].read_text())
     space = FeatureSpace.load(files[1])
     return GbdtPolicy(booster, space, f"gbdt:{folder}", files_hash(*files))

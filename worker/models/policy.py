@@ -12,6 +12,8 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
+from worker.context import StageFailure
+
 
 class Policy:
     name: str = "policy"
@@ -37,6 +39,20 @@ class Policy:
 def argmax(scores: Sequence[float]) -> int:
     """The first best index (ties go to the earlier candidate, like the oracle)."""
     return max(range(len(scores)), key=lambda i: (scores[i], -i))
+
+
+def model_files(folder: Path, names: Sequence[str], trainer: str) -> list[Path]:
+    """The files of a saved model, or `dependency` naming the missing ones and where they come
+    from."""
+    files = [Path(folder) / name for name in names]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise StageFailure(
+            "dependency",
+            f"no {trainer} model at {folder}: missing {', '.join(missing)} (a completed "
+            f"{trainer} train run leaves them in <run>/trainer/)",
+        )
+    return files
 
 
 def files_hash(*paths: Path, extra: str = "") -> str:

@@ -36,7 +36,7 @@ from core.rundir import FEATURES, TRM_CONFIG, TRM_MODEL, write_bytes_atomic, wri
 from core.schemas.train import TrmTrainerConfig
 from worker.context import StageFailure
 from worker.models.features import FeatureSpace
-from worker.models.policy import Policy, files_hash
+from worker.models.policy import Policy, files_hash, model_files
 from worker.models.rows import read_rows
 
 FORMAT = "trm-v2"
@@ -182,15 +182,7 @@ def save_model(
 def load_trm(model_dir: Path, device: str | None = None) -> TrmPolicy:
     """The model in `model_dir` (a trainer/ folder or a checkpoint) as a policy; `dependency`
     when its files are not there or are of another version."""
-    model_dir = Path(model_dir)
-    files = [model_dir / TRM_MODEL, model_dir / TRM_CONFIG, model_dir / FEATURES]
-    missing = [str(f) for f in files if not f.is_file()]
-    if missing:
-        raise StageFailure(
-            "dependency",
-            f"no trm model at {model_dir}: missing {', '.join(missing)} (a completed trm train "
-            "run leaves them in <run>/trainer/)",
-        )
+    files = model_files(model_dir, [TRM_MODEL, TRM_CONFIG, FEATURES], "trm")
     meta = json.loads(files[1].read_text())
     if meta.get("format") != FORMAT:
         raise StageFailure(
