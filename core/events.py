@@ -160,6 +160,16 @@ class Publisher:
             self.on_fenced()
             return {}
 
+    def run_events(self, run_id: str, type: str) -> list[dict[str, Any]]:
+        """The data of a run's stored events of one type, oldest first (read, never fenced)."""
+        with Session(self.engine) as session:
+            rows = session.exec(
+                select(Event.data)
+                .where(Event.run_id == run_id, Event.type == type)
+                .order_by(col(Event.id))
+            ).all()
+        return [dict(data) for data in rows]
+
     def fan_out(self, events: list[Event]) -> None:
         # Each event is encoded once: the same line goes to events.jsonl and to Redis.
         by_run: dict[str, list[str]] = {}

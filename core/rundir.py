@@ -53,7 +53,8 @@ ADAPTER = "adapter"
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 RUN_META = "run_meta.json"
 CHECKPOINTS = "checkpoints"  # checkpoints/step-NNNNNN/
-CHECKPOINT_STATE = "trainer_state.pt"  # optimizer, scheduler, RNG
+CHECKPOINT_STATE = "trainer_state.json"  # optimizer, scheduler, RNG: all but the tensors
+CHECKPOINT_TENSORS = "trainer_state.safetensors"  # their tensors (no pickle anywhere)
 CHECKPOINT_META = "checkpoint.json"  # step, counters, fingerprint: written last
 # train and bench
 SCORECARD = "scorecard.json"
@@ -118,6 +119,15 @@ def write_json_atomic(path: Path, data: Any, durable: bool = True) -> None:
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     with atomic_file(path, "wb") as fh:
         fh.write(data)
+
+
+def folder_digest(folder: Path) -> str:
+    """sha256 over a folder's file names and bytes (a checkpoint's identity)."""
+    total = hashlib.sha256()
+    for file in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        total.update(file.relative_to(folder).as_posix().encode() + b"\0")
+        total.update(bytes.fromhex(sha256_file(file)))
+    return total.hexdigest()
 
 
 def sha256_file(path: Path) -> str:

@@ -65,11 +65,17 @@ def test_qlora_kill9_resumes_from_the_newest_checkpoint(
     run_dir = settings.runs_dir / run["id"]
 
     def newest_checkpoint() -> int:
-        found = (run_dir / "trainer" / "checkpoints").glob("step-*")
-        return max((int(p.name[5:]) for p in found if p.name[5:].isdigit()), default=0)
+        """The newest checkpoint the run recorded (a folder on disk whose record the kill cut
+        off is passed over on resume, as any folder the run did not record)."""
+        recorded = [
+            e["data"]["step"]
+            for e in stored_events(settings, run["id"])
+            if e["type"] == "log" and isinstance(e["data"].get("checkpoint"), dict)
+        ]
+        return max(recorded, default=0)
 
-    # Kill once the step-4 checkpoint is on disk (a kill in the middle of a later save is fine:
-    # a checkpoint folder appears whole, by one rename, or not at all).
+    # Kill once the step-4 checkpoint is saved and recorded (a kill in the middle of a later
+    # save is fine: a checkpoint folder appears whole, by one rename, or not at all).
     wait_for(lambda: newest_checkpoint() >= 4, timeout=600, what="the step-4 checkpoint")
     service.start_worker("worker-b")
     os.kill(first.pid, signal.SIGKILL)

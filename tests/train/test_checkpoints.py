@@ -146,3 +146,46 @@ def test_a_trm_checkpoint_from_another_config_is_refused(tmp_path: Path) -> None
     retry = {**config, "batch_size": 4, "grad_accum": 2}
     again = train_trm(retry, corpus, tmp_path / "out", TrainerCallbacks(), seed=0)
     assert again["resumed_from_step"] == 1 and again["steps"] == 4
+
+
+class Planted:
+    """Unpickling this touches `marker`: what a pickled checkpoint could do to a worker."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (Path.touch, (str(self.marker),))  # type: ignore[return-value]
+
+
+def test_a_checkpoint_holds_no_pickle_and_a_planted_one_is_never_loaded(tmp_path: Path) -> None:
+    import pickle
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 8)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(torch.randn(4, 8)).sum().backward()
+    optimizer.step()
+    path = checkpoints.save(tmp_path, 1, lambda f: None, optimizer, None, {"fingerprint": "f"})
+    names = sorted(p.name for p in path.iterdir())
+    assert names == ["checkpoint.json", "trainer_state.json", "trainer_state.safetensors"]
+    # The old pickle's name, with a payload, beside the state: loading never reads it.
+    marker = tmp_path / "pwned"
+    (path / "trainer_state.pt").write_bytes(pickle.dumps(Planted(marker)))
+    fresh = torch.optim.AdamW(torch.nn.Linear(8, 8).parameters(), lr=1e-3)
+    checkpoints.load(path, fresh)
+    assert not marker.exists()
+    saved, restored = optimizer.state_dict(), fresh.state_dict()
+    assert restored["param_groups"][0]["lr"] == 1e-2
+    for key in ("exp_avg", "exp_avg_sq"):
+        assert torch.equal(saved["state"][0][key], restored["state"][0][key])
+
+
+def test_only_a_checkpoint_the_caller_trusts_is_resumed_from(tmp_path: Path) -> None:
+    optimizer = torch.optim.AdamW(torch.nn.Linear(2, 2).parameters())
+    meta = {"fingerprint": "f"}
+    ours = checkpoints.save(tmp_path, 1, lambda f: None, optimizer, None, meta)
+    planted = checkpoints.save(tmp_path, 2, lambda f: None, optimizer, None, meta)
+    assert checkpoints.resume_point(tmp_path, "f") == planted  # trusting everything: the newest
+    assert checkpoints.resume_point(tmp_path, "f", lambda p: p == ours) == ours
+    assert checkpoints.resume_point(tmp_path, "f", lambda p: False) is None

@@ -20,6 +20,7 @@ from worker.models import base_model, lm
 from worker.models.base_model import BUILTIN, CONVERTED_MARKER, resolve_base_model
 from worker.train import chat_data, checkpoints, qlora
 from worker.train.callbacks import TrainerCallbacks
+from worker.train.state_io import load_state
 
 # The SmolLM2 fixtures train for minutes on a busy 2-core machine (setup counts in the timeout).
 pytestmark = pytest.mark.timeout(900)
@@ -311,7 +312,7 @@ def test_resume_continues_from_the_saved_optimizer_state(qlora_corpus, model_cac
     first = train(config, qlora_corpus, tmp_path / "split", model_cache, StopAt(2))
     assert first["stopped_by"] == "cancel" and first["steps"] == 2
     assert [p.name for p in checkpoints.list_checkpoints(tmp_path / "split")] == ["step-000002"]
-    state = torch.load(tmp_path / "split/checkpoints/step-000002/trainer_state.pt")
+    state = load_state(tmp_path / "split/checkpoints/step-000002")
     assert {int(s["step"]) for s in state["optimizer"]["state"].values()} == {2}
 
     callbacks = TrainerCallbacks()

@@ -30,6 +30,9 @@ class Events:
     def publish(self, run_id: str, type_: str, data: dict[str, Any]) -> None:
         self.events.append((type_, data))
 
+    def run_events(self, run_id: str, type_: str) -> list[dict[str, Any]]:
+        return [data for t, data in self.events if t == type_]
+
     def steps(self) -> list[int]:
         return [d["step"] for t, d in self.events if t == "metric" and "loss" in d]
 
@@ -187,6 +190,29 @@ def test_token_budget_stops_training_and_keeps_a_checkpoint(
     assert any("stopped by budget" in n for n in ctx.notes)
 
 
+def test_a_later_attempt_resumes_only_from_a_checkpoint_this_run_saved(
+    tmp_path: Path, route_corpus: Path
+) -> None:
+    """A checkpoint folder that appeared in the run directory (an upload, a copy) is passed over:
+    only one whose digest this run's own events recorded is resumed from."""
+    import shutil
+
+    config = {"hidden": 16, "max_steps": 3}
+    first = make_ctx(tmp_path, route_corpus, config, budget={"max_tokens": 1})
+    assert launch_trainer(first, first.spec)["steps"] == 1
+    saved = tmp_path / "r1" / "trainer" / "checkpoints"
+    planted = saved / "step-000050"
+    shutil.copytree(saved / "step-000001", planted)
+    meta = json.loads((planted / "checkpoint.json").read_text())
+    (planted / "checkpoint.json").write_text(json.dumps({**meta, "step": 50}))
+
+    again = make_ctx(tmp_path, route_corpus, config)
+    again.publisher = first.publisher  # the same run: its recorded events
+    result = launch_trainer(again, again.spec)
+    assert again.counters["resumed_from_step"] == 1 and result["steps"] == 3
+    assert any("step-000050: not a checkpoint this run saved" in n for n in again.notes)
+
+
 def test_a_resumed_qlora_attempt_and_its_cut_rows_show_in_the_stage_counters(
     tmp_path: Path, qlora_corpus: Path, model_cache: Path
 ) -> None:
@@ -198,9 +224,10 @@ def test_a_resumed_qlora_attempt_and_its_cut_rows_show_in_the_stage_counters(
     assert "resumed_from_step" not in first.counters  # a fresh start
 
     again = make_ctx(tmp_path, qlora_corpus, config, trainer="qlora", model_cache=model_cache)
+    again.publisher = first.publisher  # the same run: the checkpoint it recorded
     result = launch_trainer(again, again.spec)
     assert result["steps"] == 3 and again.counters["resumed_from_step"] == 1
-    assert again.publisher.steps() == [2, 3]  # type: ignore[attr-defined]
+    assert again.publisher.steps()[-2:] == [2, 3]  # type: ignore[attr-defined]
     rows = len((qlora_corpus / "messages.jsonl").read_text().splitlines())
     assert again.counters["rows_truncated"] == rows and again.counters["rows_dropped"] == 0
     assert any(f"{rows} training rows longer than max_seq_len=128" in n for n in again.notes)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.rundir import folder_digest
 from worker.context import StageContext
 
 
@@ -33,6 +34,10 @@ class TrainerCallbacks:
     def should_stop(self) -> str | None:
         return self.stop_reason
 
+    def trusts(self, checkpoint: Path) -> bool:
+        """Whether to resume from `checkpoint`: a direct call owns its folder."""
+        return True
+
 
 class StageCallbacks(TrainerCallbacks):
     """Callbacks bound to a running stage: every step becomes a `metric` event and the card."""
@@ -50,7 +55,25 @@ class StageCallbacks(TrainerCallbacks):
         )
 
     def on_checkpoint(self, step: int, path: Path) -> None:
-        self.ctx.log(f"checkpoint at step {step}", step=step, path=str(path))
+        record = {"folder": path.name, "sha256": folder_digest(path)}
+        self.ctx.log(f"checkpoint at step {step}", step=step, path=str(path), checkpoint=record)
 
     def should_stop(self) -> str | None:
         return self.ctx.should_stop()
+
+    def trusts(self, checkpoint: Path) -> bool:
+        """Only a checkpoint an attempt of this run saved: its folder's digest is among those the
+        run's own events recorded (the worker writes events; a client can upload files, never
+        events). Anything else is passed over, and the stage's notes say so."""
+        recorded = {
+            (data.get("checkpoint") or {}).get("sha256")
+            for data in self.ctx.publisher.run_events(self.ctx.run_id, "log")
+            if data.get("stage") == self.ctx.stage and isinstance(data.get("checkpoint"), dict)
+        }
+        if folder_digest(checkpoint) in recorded:
+            return True
+        self.ctx.note(
+            f"{checkpoint.name}: not a checkpoint this run saved (its digest is in no record of "
+            "the run); not resumed from it"
+        )
+        return False

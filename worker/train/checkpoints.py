@@ -1,9 +1,10 @@
 """Training checkpoints, shared by both trainers (SPEC §6): `<out>/checkpoints/step-NNNNNN/`.
 
 A checkpoint holds what the trainer writes (its weights, through `write_model`) plus what every
-trainer needs to continue exactly where it stopped: the optimizer and LR-scheduler state, the RNG
-states (torch, CUDA, Python's `random`) in `trainer_state.pt`, and `checkpoint.json` (the step,
-the counters, the config fingerprint).
+trainer needs to continue exactly where it stopped: the optimizer and LR-scheduler state and the
+RNG states (torch, CUDA, Python's `random`) in `trainer_state.json` + `trainer_state.safetensors`
+(`state_io.py`: no pickle, so loading one runs no code), and `checkpoint.json` (the step, the
+counters, the config fingerprint).
 
 - Whole or absent: it is written into `checkpoints/.step-NNNNNN.tmp-<pid>/`, files flushed to
   disk, then renamed to `step-NNNNNN` in one `rename`. A kill -9 at any moment leaves either the
@@ -15,7 +16,11 @@ the counters, the config fingerprint).
 - Only `step-<digits>` folders count, ordered by their number (not by name or mtime).
 - A checkpoint carries the fingerprint of the config and the training data that made it; a
   resume from one of another config, corpus or seed is refused (`bad_input`) instead of silently
-  mixing two runs. Keys the OOM retry changes (the micro-batch and the accumulation, same
+  mixing two runs.
+- A trainer resumes only from a checkpoint it can trust: under the service, one whose `digest`
+  an earlier attempt of the same run recorded in the run's own events when it saved it
+  (`StageCallbacks`); anything else in the folder (planted through an upload, copied by hand) is
+  passed over. Keys the OOM retry changes (the micro-batch and the accumulation, same
   effective batch) are left out of the fingerprint by the trainer.
 """
 
@@ -33,8 +38,9 @@ from typing import Any
 
 import torch
 
-from core.rundir import CHECKPOINT_META, CHECKPOINT_STATE, CHECKPOINTS, write_json_atomic
+from core.rundir import CHECKPOINT_META, CHECKPOINTS, write_json_atomic
 from worker.context import StageFailure
+from worker.train.state_io import load_state, save_state
 
 KEEP = 2  # the newest and the one before it
 _NAME = re.compile(r"step-(\d+)")
@@ -73,9 +79,13 @@ def fingerprint(config: dict[str, Any], ignore: tuple[str, ...], data: list[Path
     return digest.hexdigest()
 
 
-def resume_point(out_dir: Path, expected: str) -> Path | None:
-    """The newest checkpoint, or None; `bad_input` when it was made with another fingerprint."""
-    path = newest(out_dir)
+def resume_point(
+    out_dir: Path, expected: str, trusted: Callable[[Path], bool] | None = None
+) -> Path | None:
+    """The newest checkpoint that `trusted` vouches for, or None; `bad_input` when it was made
+    with another fingerprint."""
+    found = [p for p in list_checkpoints(out_dir) if trusted is None or trusted(p)]
+    path = found[-1] if found else None
     if path is None:
         return None
     made_with = json.loads((path / CHECKPOINT_META).read_text()).get("fingerprint")
@@ -107,7 +117,7 @@ def save(
             "scheduler": scheduler.state_dict() if scheduler is not None else None,
             "rng": rng_state(),
         }
-        torch.save(state, tmp / CHECKPOINT_STATE)
+        save_state(tmp, state)
         # Not fsynced here: `write_folder` syncs every file of the folder before the rename.
         write_json_atomic(tmp / CHECKPOINT_META, {**meta, "step": step}, durable=False)
 
@@ -141,9 +151,7 @@ def load(
     """Restore the optimizer, the scheduler and the RNG states from `path`; returns its
     `checkpoint.json` (the trainer loads its own weights). Tensors are read onto the CPU;
     `load_state_dict` moves the optimizer's state to its parameters' device."""
-    # Our own file in our own run directory; the optimizer state of bitsandbytes' paged 8-bit
-    # AdamW is more than plain tensors, so this is not `weights_only`.
-    state = torch.load(path / CHECKPOINT_STATE, map_location="cpu", weights_only=False)
+    state = load_state(path)
     optimizer.load_state_dict(state["optimizer"])
     if scheduler is not None and state["scheduler"] is not None:
         scheduler.load_state_dict(state["scheduler"])

@@ -176,7 +176,11 @@ class QloraRecipe:
             self.optimizer, lambda s: lr_factor(s, warmup, total)
         )
         self.fingerprint = checkpoints.fingerprint(cfg, RESUMABLE_CHANGES, [self.train_path])
-        resume = None if self.probe else checkpoints.resume_point(self.out_dir, self.fingerprint)
+        resume = (
+            None
+            if self.probe
+            else checkpoints.resume_point(self.out_dir, self.fingerprint, self.callbacks.trusts)
+        )
         if resume is not None:  # the adapter, optimizer, scheduler and RNG as they were then
             lm.load_lora(self.model, resume)
             state = checkpoints.load(resume, self.optimizer, self.scheduler)

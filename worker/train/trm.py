@@ -142,7 +142,7 @@ def _train(
     fingerprint = checkpoints.fingerprint(
         {**cfg, "seed": seed}, RESUMABLE_CHANGES, [corpus_dir / TRAIN_ROWS, corpus_dir / VAL_ROWS]
     )
-    resume = None if probe else checkpoints.resume_point(out_dir, fingerprint)
+    resume = None if probe else checkpoints.resume_point(out_dir, fingerprint, callbacks.trusts)
     space = FeatureSpace.load(resume / FEATURES) if resume else FeatureSpace.fit(rows)
     data, val = Encoded(space, rows), Encoded(space, val_rows)
 
