@@ -3,7 +3,7 @@
 
 The adapter is trained once per module, as cheaply as still teaches the model to answer with a
 candidate id: short states (two of the request's fields), route tags shared across worlds, 6
-steps of 4 rows, sequences under 128 tokens (about a minute of training on an idle 2-core CPU;
+steps of 4 rows, sequences under 160 tokens (about a minute of training on an idle 2-core CPU;
 3 steps were already enough here, 6 leave a margin). So little training teaches the answer's
 form, not the routing: such an adapter tends to answer the same route on most rows. Accuracy is
 not the point here; that the pick scoring reads off the log-likelihoods is the one the model
@@ -42,15 +42,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 ANCHOR = "route-s0-w3"
 # A batched pass with a shared prefix rounds differently from a whole-sequence pass: in float32
 # by ~1e-5, in bf16 (8-bit mantissa: this CPU computes in it, see lm.device_and_dtype) by a few
-# thousandths of a nat, up to 0.5% of an unlikely answer's. A wrong token would be off by nats.
-LOGP_TOLERANCE = {  # (absolute, relative)
-    torch.float32: (1e-3, 1e-4),
-    torch.bfloat16: (2e-2, 1e-2),
-    torch.float16: (2e-2, 1e-2),
+# thousandths of a nat per answer token (an answer's log-likelihood sums one per token: the
+# `route:TRM_PLUS_LLM` tags are 8), up to 0.5% of an unlikely answer's. A wrong token would be
+# off by nats.
+LOGP_TOLERANCE = {  # (absolute per answer token, relative)
+    torch.float32: (2.5e-4, 1e-4),
+    torch.bfloat16: (5e-3, 1e-2),
+    torch.float16: (5e-3, 1e-2),
 }
 ROWS = 20  # anchor rows compared (generation is the slow part: one row at a time)
 # The cheapest training found that makes the model answer with a candidate id on unseen rows.
-TRAINING = {"max_steps": 6, "micro_batch": 4, "grad_accum": 1, "lr": 2e-3, "max_seq_len": 128,
+TRAINING = {"max_steps": 6, "micro_batch": 4, "grad_accum": 1, "lr": 2e-3, "max_seq_len": 160,
             "eval_every": 10**6, "checkpoint_every": 10**6}  # fmt: skip
 STATE_FIELDS = ["observation.request.prompt_text", "observation.budget_left"]
 
@@ -122,5 +124,6 @@ def test_scores_are_the_trained_answers_log_likelihood_in_one_pass_per_batch(tra
                 ids = torch.tensor([prompt + answer], device=policy.device)
                 logp = torch.log_softmax(policy.model(input_ids=ids).logits[0].float(), -1)
                 full = sum(float(logp[len(prompt) - 1 + t, tok]) for t, tok in enumerate(answer))
-                near, rel = LOGP_TOLERANCE[lm.device_and_dtype()[1]]
+                per_token, rel = LOGP_TOLERANCE[lm.device_and_dtype()[1]]
+                near = per_token * max(4, len(answer))
                 assert score == pytest.approx(full, abs=near, rel=rel)
