@@ -1,15 +1,21 @@
 """Where files may come from and go to (SPEC §3.3, §10).
 
-The API takes data paths only under DATA_DIR (relative paths resolve against it); the CLI resolves
-relative paths against the spec file. Artifact paths never leave the run directory.
+The API takes data paths only under DATA_DIR (relative paths resolve against it) and base models
+only under MODEL_CACHE; the CLI resolves relative paths against the spec file. Artifact paths
+never leave the run directory. Every check resolves symlinks first, and a refusal reads the same
+whether the outside path exists or not, so it tells nothing about what is outside.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from core.errors import ApiError
+
+# A run id is a ULID (core/models.new_id): 26 Crockford base-32 characters.
+RUN_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 
 
 def _refuse(field: str, message: str) -> ApiError:
@@ -27,18 +33,41 @@ def under(root: Path, candidate: Path) -> bool:
     return True
 
 
-def resolve_data_path(value: str, field: str, data_dir: Path) -> str:
-    """API side: relative to DATA_DIR, and never outside it (symlinks included)."""
+def is_run_id(value: object) -> bool:
+    return isinstance(value, str) and RUN_ID.match(value) is not None
+
+
+def confined(value: str, root: Path) -> Path | None:
+    """`value` (relative to `root`, or absolute) with symlinks resolved, or None when that leaves
+    `root`. Nothing here depends on whether the path exists."""
+    if not isinstance(value, str) or not value or "\x00" in value:
+        return None
     path = Path(value)
     if not path.is_absolute():
-        path = data_dir / path
-    if not under(data_dir, path):
-        raise _refuse(
-            field,
-            f"{value!r} is outside the data directory {data_dir.resolve()}; "
-            "the API reads only files under TRM_DATA_DIR",
-        )
-    return str(path.resolve())
+        path = root / path
+    try:
+        resolved = path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop
+        return None
+    return resolved if resolved.is_relative_to(root.resolve()) else None
+
+
+def outside_message(value: str, root_name: str) -> str:
+    """The one refusal for a path outside its root: the same for existing and missing paths."""
+    return f"{value!r} is outside {root_name}; only paths under it are read"
+
+
+def confine(value: str, field: str, root: Path, root_name: str = "TRM_DATA_DIR") -> Path:
+    """API side: the resolved path of `value` under `root`, else a 422 naming `field`."""
+    path = confined(value, root)
+    if path is None:
+        raise _refuse(field, outside_message(value, root_name))
+    return path
+
+
+def resolve_data_path(value: str, field: str, data_dir: Path) -> str:
+    """API side: relative to DATA_DIR, and never outside it (symlinks included)."""
+    return str(confine(value, field, data_dir))
 
 
 def resolve_spec_file_path(value: str, spec_file: Path) -> str:
@@ -66,9 +95,46 @@ def spec_path_fields(spec: dict[str, Any]) -> list[tuple[str, list[Any], Any]]:
     return found
 
 
-def resolve_api_paths(spec: dict[str, Any], data_dir: Path) -> None:
+def base_model_fields(spec: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """(field name, value) of every `qlora.base_model` a spec names (a search's base too)."""
+    found = []
+    qlora = spec.get("qlora")
+    if isinstance(qlora, dict) and isinstance(qlora.get("base_model"), str):
+        found.append((f"{prefix}qlora.base_model", qlora["base_model"]))
+    if isinstance(spec.get("base"), dict):
+        found.extend(base_model_fields(spec["base"], f"{prefix}base."))
+    return found
+
+
+# A bench side: `none`, a run id with an optional pick, or a path (which never holds a colon).
+BENCH_REF = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}(?::(?:root|final))?$")
+
+
+def check_bench_ref(value: Any, field: str) -> None:
+    if not isinstance(value, str) or value == "none" or BENCH_REF.match(value):
+        return
+    if ":" in value:
+        raise _refuse(
+            field,
+            f"{value!r} is not a run reference: a run id (26 characters, 0-9 and A-Z without "
+            "I, L, O, U), optionally followed by :root or :final",
+        )
+
+
+def resolve_api_paths(
+    spec: dict[str, Any], data_dir: Path, model_cache: Path | None = None
+) -> None:
+    """Rewrite a submitted spec's data paths to resolved paths under DATA_DIR; check that base
+    models stay under MODEL_CACHE (names are kept: the worker looks them up there) and that bench
+    sides are well-formed references. Any refusal is a 422 naming the field."""
     for field, container, key in spec_path_fields(spec):
         container[key] = resolve_data_path(container[key], field, data_dir)
+    if model_cache is not None:
+        for field, value in base_model_fields(spec):
+            confine(value, field, model_cache, "TRM_MODEL_CACHE")
+    if spec.get("kind") == "bench":
+        for side in ("baseline", "router"):
+            check_bench_ref(spec.get(side), side)
 
 
 def safe_artifact(run_dir: Path, rel: str) -> Path:

@@ -98,7 +98,7 @@ def prepare_run(
         )
     spec = validate_spec(body, settings)
     resolved = spec.model_dump(mode="json")
-    resolve_api_paths(resolved, settings.data_dir)
+    resolve_api_paths(resolved, settings.data_dir, settings.model_cache)
     return Run(
         kind=spec.kind,
         queue=queue_for(spec),

@@ -4,10 +4,13 @@ the API answers `POST /benches/{name}?dry_run=true` with it without starting a w
 `baseline` / `router` each name one of:
 - `none`: an untrained controller (trm benches: the default trm config at a fixed seed, with the
   vocabulary of the bench corpus) or the bare base model (`trainer: qlora` benches);
-- a train run id: `RUNS_DIR/<id>/` must be `completed` (its summary.json); its trainer (trm, gbdt
-  or qlora) says what its `trainer/` folder holds; the corpus knobs of its spec shape the anchors;
+- a train run id (a ULID; anything else is refused): `RUNS_DIR/<id>/` must be `completed` (its
+  summary.json); the model files in its `trainer/` folder say what it trained (trm, gbdt or
+  qlora); the corpus knobs of its corpus manifest shape the anchors;
 - `<hill-climb run id>:root` / `:final`: `RUNS_DIR/<id>/summary.json` keys `root_candidate_run`
-  (its first candidate) and `best_run` (its best) name the train run;
+  (its first candidate) and `best_run` (its best) name the train run; they must be run ids, and a
+  chain of them is cut at MAX_REF_DEPTH or at the first run seen twice (a refusal, not a loop);
+- every file read back lies inside its run's folder once symlinks are resolved;
 - an artifact path under RUNS_DIR or DATA_DIR: a folder with `model.safetensors` (trm),
   `model.txt` (gbdt) or `adapter_config.json` (a qlora adapter; `adapter/` inside is looked into).
 """
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from core.benches.menu import load_entry
+from core.paths import confined, is_run_id, outside_message, under
 from core.rundir import (
     ADAPTER,
     ADAPTER_CONFIG,
@@ -28,7 +32,6 @@ from core.rundir import (
     RUN_META,
     SUMMARY,
     TRAINER,
-    TRAINER_CONFIG,
     TRM_MODEL,
 )
 
@@ -43,42 +46,74 @@ class ResolveError(Exception):
         self.failure_class, self.reason = failure_class, reason
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+# A hill-climb's :final names a train run, never another pick; a chain longer than this is a
+# loop or a forgery.
+MAX_REF_DEPTH = 4
+
+
+def _read_json(path: Path, root: Path) -> dict[str, Any]:
+    """A JSON object from a file that must resolve inside `root` (symlinks followed), else {}."""
+    if not under(root, path):
+        return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+    return data if isinstance(data, dict) else {}
 
 
 def resolve_side(
-    ref: str, side: str, runs_dir: Path, data_dir: Path, trainer: str, model_cache: Path
-) -> dict[str, Any]:
-    """{"ref", "policy" (a load_policy reference, or a placeholder for `none`), "knobs", ...}."""
+    ref: str, side: str, runs_dir: Path, data_dir: Path, trainer: str, model_cache: Path,
+    seen: tuple[str, ...] = (),
+) -> dict[str, Any]:  # fmt: skip
+    """{"ref", "policy" (a load_policy reference, or a placeholder for `none`), "knobs", ...}.
+
+    Run ids are checked as run ids and their folders are `RUNS_DIR/<id>`; what a run's files say
+    never names a folder outside that run's own."""
     if ref == "none":
         if trainer == "qlora":
             return {"ref": ref, "policy": {"type": "base_lm", "model_cache": str(model_cache)}}
         return {"ref": ref, "policy": {"type": "untrained_trm", "seed": 0}}
-    run_id, _, pick = ref.partition(":")
-    run_dir = Path(runs_dir) / run_id
-    if "/" not in run_id and run_dir.is_dir():
+    run_id, colon, pick = ref.partition(":")
+    if colon or is_run_id(run_id):
+        if not (is_run_id(run_id) and pick in ("", "root", "final")):
+            raise ResolveError(
+                "bad_input",
+                f"{side}: {ref!r} is not a run reference (<run id>, <run id>:root or "
+                "<run id>:final)",
+            )
+        if run_id in seen or len(seen) >= MAX_REF_DEPTH:
+            chain = " -> ".join([*seen, run_id])
+            raise ResolveError(
+                "bad_input", f"{side}: {ref!r} leads to a loop of run references ({chain})"
+            )
+        run_dir = Path(runs_dir) / run_id
+        if not run_dir.is_dir() or not under(Path(runs_dir), run_dir):
+            raise ResolveError("bad_input", f"{side}: no run {run_id}")
         if pick:
-            summary = _read_json(run_dir / SUMMARY)
-            key = {"root": "root_candidate_run", "final": "best_run"}.get(pick)
-            if key is None or not summary.get(key):
+            summary = _read_json(run_dir / SUMMARY, run_dir)
+            key = {"root": "root_candidate_run", "final": "best_run"}[pick]
+            target = summary.get(key)
+            if not target:
                 raise ResolveError(
                     "bad_input",
-                    f"{side}: {ref!r}: {run_dir / 'summary.json'} has no {key or pick!r} "
+                    f"{side}: {ref!r}: run {run_id} has no {key!r} "
                     "(use <hill-climb run>:root or :final on a finished hill-climb)",
                 )
-            return {**resolve_side(summary[key], side, runs_dir, data_dir, trainer, model_cache),
-                    "ref": ref}  # fmt: skip
+            if not is_run_id(target):
+                raise ResolveError(
+                    "bad_input", f"{side}: {ref!r}: run {run_id}'s {key} is not a run id"
+                )
+            chosen = resolve_side(
+                target, side, runs_dir, data_dir, trainer, model_cache, (*seen, run_id)
+            )
+            return {**chosen, "ref": ref}
         return _from_run(ref, side, run_dir, model_cache)
     path = Path(ref)
-    allowed = [Path(runs_dir).resolve(), Path(data_dir).resolve()]
     if not path.is_absolute():
         path = Path(data_dir) / path
     path = path.resolve()
-    if not any(path.is_relative_to(a) for a in allowed):
+    if not (under(Path(runs_dir), path) or under(Path(data_dir), path)):
         raise ResolveError(
             "bad_input", f"{side}: {ref!r} is neither none, a run id, nor a path under the runs "
             "or data directory",
@@ -86,10 +121,22 @@ def resolve_side(
     return {"ref": ref, "policy": _artifact(path, side, ref, model_cache), "knobs": None}
 
 
+def trainer_of(out: Path) -> str | None:
+    """What a train run trained, from the model files in its `trainer/` folder (never from a
+    config file a client could have written)."""
+    if (out / TRM_MODEL).is_file():
+        return "trm"
+    if (out / GBDT_MODEL).is_file():
+        return "gbdt"
+    if (out / ADAPTER / ADAPTER_CONFIG).is_file():
+        return "qlora"
+    return None
+
+
 def _from_run(ref: str, side: str, run_dir: Path, model_cache: Path) -> dict[str, Any]:
     """A completed train run's model. Its folders are the run directory's own (`trainer/`,
     `corpus/`), never paths read from a file in it."""
-    summary = _read_json(run_dir / SUMMARY)
+    summary = _read_json(run_dir / SUMMARY, run_dir)
     status = summary.get("status", "not finished")
     if status != "completed" or summary.get("dry_run"):
         raise ResolveError(
@@ -97,23 +144,26 @@ def _from_run(ref: str, side: str, run_dir: Path, model_cache: Path) -> dict[str
             f"{side}: run {ref} is {'a dry run' if summary.get('dry_run') else status}, not a "
             "completed train run; bench a completed one",
         )
-    resolved = _read_json(run_dir / TRAINER_CONFIG)
-    trainer = resolved.get("trainer")
-    if trainer not in ("trm", "gbdt", "qlora"):
-        raise ResolveError("bad_input", f"{side}: run {ref} has no {TRAINER_CONFIG}")
     out = run_dir / TRAINER
+    trainer = trainer_of(out) if under(run_dir, out) else None
+    if trainer is None:
+        raise ResolveError(
+            "bad_input",
+            f"{side}: run {ref} holds no model in {TRAINER}/ ({TRM_MODEL}, {GBDT_MODEL} or "
+            f"{ADAPTER}/{ADAPTER_CONFIG}); bench a completed train run",
+        )
     policy: dict[str, Any]
     if trainer in ("trm", "gbdt"):
         policy = {"type": trainer, "path": str(out)}
     else:
-        contract = resolved.get("contract")
+        contract = _read_json(out / RUN_META, run_dir).get("contract")
         policy = {
             "type": "qlora",
             "path": str(out / ADAPTER),
             "contract": contract if contract in ("action_only", "json") else "action_only",
             "model_cache": str(model_cache),
         }
-    manifest = _read_json(run_dir / CORPUS / MANIFEST)
+    manifest = _read_json(run_dir / CORPUS / MANIFEST, run_dir)
     knobs = {k: v for k, v in (manifest.get("knobs") or {}).items() if k in SHAPE_KNOBS}
     return {"ref": ref, "run_id": run_dir.name, "policy": policy, "knobs": knobs}
 
@@ -125,7 +175,7 @@ def _artifact(path: Path, side: str, ref: str, model_cache: Path) -> dict[str, A
         return {"type": "gbdt", "path": str(path)}
     for folder in (path, path / ADAPTER):
         if (folder / ADAPTER_CONFIG).is_file():
-            meta = _read_json(folder.parent / RUN_META)
+            meta = _read_json(folder.parent / RUN_META, folder.parent)
             return {
                 "type": "qlora",
                 "path": str(folder),
@@ -144,7 +194,11 @@ def data_source(entry: dict[str, Any], data_dir: Path, results_jsonl: str | None
     name = entry["name"]
     export = results_jsonl or entry.get("results_jsonl")
     if export:
-        path = Path(export) if Path(export).is_absolute() else Path(data_dir) / export
+        path = confined(export, Path(data_dir))
+        if path is None:
+            raise ResolveError(
+                "bad_input", f"results_jsonl: {outside_message(export, 'TRM_DATA_DIR')}"
+            )
         return {"type": "jsonl", "mode": "normalized", "name": name, "path": str(path)}
     root = Path(data_dir) / "benches" / name
     if (entry.get("corpus") or {}).get("source") == "reasoning_trace":

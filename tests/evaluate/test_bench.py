@@ -40,6 +40,8 @@ def run_bench(root: Path, run_id: str, spec: dict[str, Any]) -> tuple[dict, Stag
 
 
 SPEC = {"kind": "bench", "bench": "routerbench", "baseline": "none", "router": "none"}
+# Run references are run ids (ULIDs): anything else is read as a path.
+UNFINISHED, GBDT_RUN = "01J00000000000000000000000", "01J00000000000000000000001"
 
 
 def test_a_second_identical_bench_does_no_forward_passes(tmp_path):
@@ -77,11 +79,11 @@ def test_a_bench_with_a_missing_data_file_fails_with_dependency_and_the_path(tmp
 
 
 def test_an_unfinished_run_as_router_is_bad_input_naming_it(tmp_path):
-    (tmp_path / "runs" / "r-unfinished").mkdir(parents=True)
+    (tmp_path / "runs" / UNFINISHED).mkdir(parents=True)
     with pytest.raises(StageFailure) as caught:
-        bench.resolve(ctx_for(tmp_path, "b4", "resolve"), {**SPEC, "router": "r-unfinished"})
+        bench.resolve(ctx_for(tmp_path, "b4", "resolve"), {**SPEC, "router": UNFINISHED})
     assert caught.value.failure_class == "bad_input"
-    assert "r-unfinished" in caught.value.reason
+    assert UNFINISHED in caught.value.reason
 
 
 def test_a_gbdt_train_run_benches_as_the_router(tmp_path, route_corpus):
@@ -89,11 +91,10 @@ def test_a_gbdt_train_run_benches_as_the_router(tmp_path, route_corpus):
     from worker.train import gbdt
     from worker.train.callbacks import TrainerCallbacks
 
-    run = tmp_path / "runs" / "r-gbdt"
+    run = tmp_path / "runs" / GBDT_RUN
     gbdt.train({}, route_corpus, run / "trainer", TrainerCallbacks(), seed=0)
     (run / "summary.json").write_text(json.dumps({"status": "completed", "dry_run": False}))
-    (run / "trainer_config.resolved.json").write_text(json.dumps({"trainer": "gbdt"}))
-    first, ctx = run_bench(tmp_path, "b5", {**SPEC, "router": "r-gbdt"})
+    first, ctx = run_bench(tmp_path, "b5", {**SPEC, "router": GBDT_RUN})
     resolved = json.loads((ctx.run_dir / "bench.resolved.json").read_text())
     assert resolved["router"]["policy"] == {"type": "gbdt", "path": str(run / "trainer")}
     card = json.loads((ctx.run_dir / "scorecard.json").read_text())

@@ -1,5 +1,6 @@
 """Candidates as child `train` runs (SPEC §8): created like any run, queued on the `gpu` queue so
-`parallelism` of them run at once on as many workers, and read back from their scorecards.
+`parallelism` of them run at once on as many workers, and read back from the results their own
+`evaluate` stages recorded in the database (never from files in their run directories).
 
 `Launcher` is what the coordinator needs; `ServiceLauncher` is the real one (database + arq).
 Tests of the search logic use their own launcher that scores knob sets with a pure function.
@@ -7,10 +8,8 @@ Tests of the search logic use their own launcher that scores knob sets with a pu
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Protocol
 
 from sqlmodel import Session, col, select
@@ -18,8 +17,7 @@ from sqlmodel import Session, col, select
 from core.db import as_utc
 from core.errors import ApiError
 from core.events import Publisher
-from core.models import TERMINAL_STATUSES, Run
-from core.rundir import CORPUS, MANIFEST, SCORECARD
+from core.models import TERMINAL_STATUSES, Run, Stage
 from core.runs import cancel_run, submit_run
 from core.settings import Settings
 from worker.context import StageFailure
@@ -50,24 +48,32 @@ class Launcher(Protocol):
         """'cancel' when the search itself was cancelled, 'lost' when it left our hands."""
 
 
-def read_scores(run_dir: Path) -> tuple[dict[str, float | None] | None, str | None]:
-    """(scores from scorecard.json or None, corpus_hash from the corpus manifest)."""
+def recorded_scores(
+    session: Session, run_id: str
+) -> tuple[dict[str, float | None] | None, str | None]:
+    """(scores, corpus_hash) as the candidate's own stages recorded them in the database: the
+    `evaluate` stage's result and the `prepare_corpus` stage's. Never from scorecard.json or the
+    corpus manifest: those are files in a run directory, which is not where a score is trusted
+    from (the runner stores a stage's result from the worker's own child outcome)."""
+    stages = session.exec(
+        select(Stage).where(
+            Stage.run_id == run_id, col(Stage.name).in_(("evaluate", "prepare_corpus"))
+        )
+    ).all()
+    results = {
+        s.name: (s.manifest or {}).get("result") or {} for s in stages if s.status == "completed"
+    }
     scores: dict[str, float | None] | None = None
-    card_path = run_dir / SCORECARD
-    if card_path.exists():
-        card = json.loads(card_path.read_text())
-        flat = {**(card.get("scores") or {}), **card}
-        scores = {key: _number(flat.get(key)) for key in SCORES}
+    if "evaluate" in results:
+        card = results["evaluate"]
+        scores = {key: _number(card.get(key)) for key in SCORES}
         if scores["generalization_gap"] is None and None not in (
             scores["train_score"],
             scores["anchor_score"],
         ):
             scores["generalization_gap"] = scores["train_score"] - scores["anchor_score"]  # type: ignore[operator]
-    corpus_hash = None
-    manifest = run_dir / CORPUS / MANIFEST
-    if manifest.exists():
-        corpus_hash = json.loads(manifest.read_text()).get("corpus_hash")
-    return scores, corpus_hash
+    corpus_hash = (results.get("prepare_corpus") or {}).get("corpus_hash")
+    return scores, corpus_hash if isinstance(corpus_hash, str) else None
 
 
 def _number(value: Any) -> float | None:
@@ -100,14 +106,19 @@ class ServiceLauncher:
             return {}
         with Session(self.publisher.engine) as session:
             runs = session.exec(select(Run).where(col(Run.id).in_(run_ids))).all()
+            recorded = {
+                run.id: recorded_scores(session, run.id)
+                for run in runs
+                if run.status in TERMINAL_STATUSES
+            }
         ended: dict[str, Outcome] = {}
         for run in runs:
             if run.status not in TERMINAL_STATUSES:
                 continue
-            scores, corpus_hash = read_scores(self.settings.run_dir(run.id))
+            scores, corpus_hash = recorded[run.id]
             status, reason = run.status, run.failure_reason
             if status == "completed" and scores is None:
-                status, reason = "failed", f"run {run.id} completed without {SCORECARD}"
+                status, reason = "failed", f"run {run.id} completed without an evaluate result"
             ended[run.id] = Outcome(
                 status=status,
                 scores=scores or {},

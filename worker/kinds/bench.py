@@ -1,4 +1,5 @@
-"""The `bench` kind (SPEC §3.2, §7): `resolve` (inline) writes `bench.resolved.json`; `evaluate`
+"""The `bench` kind (SPEC §3.2, §7): `resolve` (inline) writes `bench.resolved.json` (a record;
+`evaluate` resolves again rather than read it back); `evaluate`
 (child process) scores `baseline` and `router` on the same anchors `repeats` times and writes
 `scorecard.json` (both sides, and the delta router − baseline with its paired interval) and
 `samples.jsonl` (one row per anchor example, side and repeat). `plan` is the dry-run planner.
@@ -63,12 +64,12 @@ def _resolve(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
             "action, meta.world_id), or drop results_jsonl to use the generated bench data",
         )
     resolved["run_id"] = ctx.run_id
-    write_json_atomic(ctx.run_dir / BENCH_RESOLVED, resolved)
     return resolved
 
 
 def resolve(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     resolved = _resolve(ctx, spec)
+    write_json_atomic(ctx.run_dir / BENCH_RESOLVED, resolved)
     ctx.outputs.append(ctx.run_dir / BENCH_RESOLVED)
     return {
         "bench": resolved["bench"],
@@ -81,6 +82,7 @@ def resolve(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
 def plan(ctx: StageContext, spec: dict[str, Any]) -> dict[str, str]:
     """Dry run: resolve and validate, write bench.resolved.json, score nothing."""
     resolved = _resolve(ctx, spec)
+    write_json_atomic(ctx.run_dir / BENCH_RESOLVED, resolved)
     return {
         "resolve": f"resolved config written to {BENCH_RESOLVED}",
         "evaluate": f"would score {resolved['baseline']['ref']} against "
@@ -106,7 +108,9 @@ def _key(row: dict[str, Any]) -> str:
 
 
 def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
-    resolved = json.loads((ctx.run_dir / BENCH_RESOLVED).read_text())
+    # Resolved again, never read back from bench.resolved.json: a file in the run directory
+    # must not steer the worker (that file is the record for people).
+    resolved = _resolve(ctx, spec)
     repeats = int(resolved["repeats"])
     sides: dict[str, dict[str, Any]] = {}
     samples_out: list[dict[str, Any]] = []

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.errors import ApiError
+from core.paths import under
 from core.rundir import (
     BEST,
     BEST_POINTER,
@@ -260,7 +261,8 @@ def _copy_best(ctx: StageContext, run_id: str, record: dict[str, Any]) -> None:
     copied = []
     for rel in BEST_FILES:
         path = source / rel
-        if path.is_file():
+        # A copy follows symlinks: only what resolves inside the candidate's own run directory.
+        if path.is_file() and under(source, path):
             (target / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target / rel)
             copied.append(rel)
