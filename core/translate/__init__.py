@@ -26,18 +26,22 @@ from core.translate.common import Translation
 class Detector:
     name: str
     matches: Callable[[Any], bool]
-    translate: Callable[..., Translation]  # (data, base_dir, *, split_by) -> Translation
+    translate: Callable[..., Translation]  # (data, base_dir, *, split_by, root) -> Translation
     target: str  # our model the result must validate against, named for messages
     validate: Callable[[dict[str, Any]], Any]
 
 
-def _corpus_translate(data: dict[str, Any], base: Path, *, split_by: str | None) -> Translation:
-    return corpus.translate_corpus_spec(data, base, split_by=split_by)
+def _corpus_translate(
+    data: dict[str, Any], base: Path, *, split_by: str | None, root: Path | None = None
+) -> Translation:
+    return corpus.translate_corpus_spec(data, base, split_by=split_by, root=root)
 
 
 def _run_spec(translate: Callable[..., Translation]) -> Callable[..., Translation]:
-    def run(data: dict[str, Any], base: Path, *, split_by: str | None) -> Translation:
-        return translate(data, base)
+    def run(
+        data: dict[str, Any], base: Path, *, split_by: str | None, root: Path | None = None
+    ) -> Translation:
+        return translate(data, base, root=root)
 
     return run
 
@@ -105,15 +109,18 @@ def translate_skill_spec(
     """(our run spec, warnings, errors) for one of the skill's spec files, read as JSON.
 
     Relative paths resolve against `base_dir` (the API passes DATA_DIR; the default is the
-    current folder). A corpus spec alone becomes a `train` run of the `trm` trainer on it. An
-    error names the path it is about (`corpus_spec.sources[0].path: C:/... does not exist`)."""
+    current folder), and every path a file names (nested spec files included) must stay under it
+    once symlinks are resolved: an outside path is refused, unread, with one message whether it
+    exists or not (`trm import-spec` calls the detectors without a root). A corpus spec alone
+    becomes a `train` run of the `trm` trainer on it. An error names the path it is about
+    (`corpus_spec.sources[0].path: C:/... does not exist`)."""
     if not isinstance(raw, dict):
         return {}, [], ["body: a spec file of the original skill is a JSON object"]
     detector = detect(raw)
     if detector is None:
         return {}, [], [f"body: {unknown_file_message()}"]
     base = (base_dir or Path.cwd()).resolve()
-    spec, warnings, errors = detector.translate(raw, base, split_by=split_by)
+    spec, warnings, errors = detector.translate(raw, base, split_by=split_by, root=base)
     if "kind" not in spec and detector.target == "CorpusSpec":
         spec = {"kind": "train", "trainer": "trm", "corpus": spec}
         warnings = [*warnings, "a corpus spec alone: submitted as a train run (trainer trm)"]

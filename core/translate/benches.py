@@ -74,9 +74,11 @@ def looks_like_skill_primehub_spec(data: Any) -> bool:
     return isinstance(data, dict) and "kind" not in data and bench_named(data) is not None
 
 
-def translate_primehub_spec(data: dict[str, Any], base_dir: Path) -> Translation:
+def translate_primehub_spec(
+    data: dict[str, Any], base_dir: Path, root: Path | None = None
+) -> Translation:
     """(our `bench` spec, warnings, errors) for the skill's `primehub-*-bench.json`."""
-    reader = Reader(base_dir)
+    reader = Reader(base_dir, root)
     bench = bench_named(data) or "primehub-envs"
     out: dict[str, Any] = {"kind": "bench", "bench": bench}
     for key, value in data.items():
@@ -129,7 +131,7 @@ def _side(key: str, value: Any, out: dict[str, Any], reader: Reader) -> None:
         value.startswith((".", "/", "~"))
         or WINDOWS_PATH.match(value)
         or value.endswith((".json", ".safetensors"))
-        or (reader.base_dir / value).exists()
+        or reader.names_a_path(value)
     )
     if looks_like_path:
         path = reader.path(value, key)

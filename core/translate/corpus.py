@@ -43,15 +43,22 @@ def looks_like_skill_corpus_spec(data: Any) -> bool:
     return bool(_SKILL_ONLY_KEYS & set(data)) or "dedupe" in data
 
 
-def _resolve(raw: Any, base_dir: Path, where: str, errors: list[str]) -> str | None:
-    path, error = existing_path(raw, base_dir, where)
+def _resolve(
+    raw: Any, base_dir: Path, where: str, errors: list[str], root: Path | None
+) -> str | None:
+    path, error = existing_path(raw, base_dir, where, root)
     if error:
         errors.append(error)
     return str(path.resolve()) if path is not None else None
 
 
 def _source(
-    index: int, raw: Any, base_dir: Path, mix: dict[str, float], warnings: list[str]
+    index: int,
+    raw: Any,
+    base_dir: Path,
+    mix: dict[str, float],
+    warnings: list[str],
+    root: Path | None,
 ) -> tuple[dict[str, Any] | None, list[str]]:
     where = f"sources[{index}]"
     errors: list[str] = []
@@ -67,7 +74,7 @@ def _source(
         name = f"{kind}_{index}"
         warnings.append(f"{where}.name: missing; named it {name!r}")
     out["name"] = name
-    path = _resolve(raw.get("path"), base_dir, f"{where}.path", errors)
+    path = _resolve(raw.get("path"), base_dir, f"{where}.path", errors, root)
     if path is not None:
         out["path"] = path
     for key, value in raw.items():
@@ -87,7 +94,7 @@ def _source(
 
 
 def translate_corpus_spec(
-    data: dict[str, Any], base_dir: Path, *, split_by: str | None = None
+    data: dict[str, Any], base_dir: Path, *, split_by: str | None = None, root: Path | None = None
 ) -> Translation:
     """(our CorpusSpec as a dict, warnings, errors) for the skill's corpus spec `data`."""
     warnings: list[str] = []
@@ -95,7 +102,7 @@ def translate_corpus_spec(
     mix: dict[str, float] = {}
     sources: list[dict[str, Any]] = []
     for index, raw in enumerate(data.get("sources") or []):
-        source, source_errors = _source(index, raw, base_dir, mix, warnings)
+        source, source_errors = _source(index, raw, base_dir, mix, warnings, root)
         errors.extend(source_errors)
         if source is not None:
             sources.append(source)

@@ -7,20 +7,20 @@ import json
 from pathlib import Path
 from typing import Any
 
-from core.translate.common import existing_path
+from core.translate.common import existing_path, outside
 from core.translate.corpus import looks_like_skill_corpus_spec, translate_corpus_spec
 
 
 class Reader:
     """Collects warnings and errors while reading one file's keys."""
 
-    def __init__(self, base_dir: Path) -> None:
-        self.base_dir = base_dir
+    def __init__(self, base_dir: Path, root: Path | None = None) -> None:
+        self.base_dir, self.root = base_dir, root
         self.warnings: list[str] = []
         self.errors: list[str] = []
 
     def path(self, raw: Any, where: str) -> Path | None:
-        path, error = existing_path(raw, self.base_dir, where)
+        path, error = existing_path(raw, self.base_dir, where, self.root)
         if error:
             self.errors.append(error)
         return path
@@ -47,7 +47,7 @@ class Reader:
         if data is None:
             return None
         if looks_like_skill_corpus_spec(data):
-            corpus, warnings, errors = translate_corpus_spec(data, folder)
+            corpus, warnings, errors = translate_corpus_spec(data, folder, root=self.root)
             self.warnings.extend(f"{where}: {w}" for w in warnings)
             self.errors.extend(f"{where}: {e}" for e in errors)
             return corpus
@@ -57,3 +57,8 @@ class Reader:
                 if found is not None:
                     source["path"] = str(found.resolve())
         return data
+
+    def names_a_path(self, value: str) -> bool:
+        """Whether a bare `value` is a file to look at: it exists, or it leaves the root (then
+        it is refused like any outside path, so existence outside is never told)."""
+        return outside(value, self.base_dir, self.root) or (self.base_dir / value).exists()

@@ -197,9 +197,10 @@ def translate_search_spec(
     data: dict[str, Any],
     base_dir: Path,
     default_corpus: dict[str, Any] | None = None,
+    root: Path | None = None,
 ) -> Translation:
     """(our hillclimb spec, warnings, errors) for the skill's `hillclimb-spec*.json`."""
-    reader = Reader(base_dir)
+    reader = Reader(base_dir, root)
     flat = dict(data)
     if isinstance(flat.get("search"), dict):
         flat.update(flat.pop("search"))
@@ -272,7 +273,9 @@ def _base(
     return out
 
 
-def translate_routerbench_spec(data: dict[str, Any], base_dir: Path) -> Translation:
+def translate_routerbench_spec(
+    data: dict[str, Any], base_dir: Path, root: Path | None = None
+) -> Translation:
     """A routerBench spec with search keys is a search over our routerBench data; without, a
     `bench` run of our `routerbench`."""
     if looks_like_skill_search_spec(data):
@@ -282,10 +285,12 @@ def translate_routerbench_spec(data: dict[str, Any], base_dir: Path) -> Translat
         if not any(k in flat for k in ANCHOR_KEYS):
             flat["anchors"] = list(ROUTERBENCH_ANCHORS)
         default = {"sources": [dict(ROUTERBENCH_SOURCE)], "split": {"by": "env"}}
-        search, warnings, errors = translate_search_spec(flat, base_dir, default_corpus=default)
+        search, warnings, errors = translate_search_spec(
+            flat, base_dir, default_corpus=default, root=root
+        )
         warnings.insert(0, "routerBench search: our routerbench data under DATA_DIR/benches")
         return search, warnings, errors
-    reader = Reader(base_dir)
+    reader = Reader(base_dir, root)
     out: dict[str, Any] = {"kind": "bench", "bench": "routerbench"}
     for key, value in data.items():
         if key in ("bench", "bench_name"):

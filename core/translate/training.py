@@ -114,9 +114,11 @@ def looks_like_skill_training_spec(data: Any) -> bool:
     return bool(keys & MARKERS) or bool(keys & set(ROUTER_DATA_KEYS)) and "trainer" in data
 
 
-def translate_training_spec(data: dict[str, Any], base_dir: Path) -> Translation:
+def translate_training_spec(
+    data: dict[str, Any], base_dir: Path, root: Path | None = None
+) -> Translation:
     """(our `train` spec with trainer `qlora`, warnings, errors)."""
-    reader = Reader(base_dir)
+    reader = Reader(base_dir, root)
     out: dict[str, Any] = {"kind": "train", "trainer": "qlora"}
     qlora: dict[str, Any] = {}
     corpus: dict[str, Any] | None = None
