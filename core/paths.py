@@ -52,6 +52,24 @@ def confined(value: str, root: Path) -> Path | None:
     return resolved if resolved.is_relative_to(root.resolve()) else None
 
 
+def files_inside(root: Path, files: list[Path]) -> tuple[list[Path], list[str]]:
+    """(files that resolve inside the folder `root`, names of those that do not). A folder source
+    reads only its own files: a symlink in it that leads elsewhere (out of DATA_DIR, or to other
+    data) is skipped and named by its place inside the folder, never read, its target never told."""
+    top = root.resolve()
+    kept, outside = [], []
+    for path in files:
+        try:
+            inside = path.resolve(strict=True).is_relative_to(top)
+        except (OSError, RuntimeError):  # dangling, or a loop
+            inside = False
+        if inside:
+            kept.append(path)
+        else:
+            outside.append(path.relative_to(root).as_posix())
+    return kept, outside
+
+
 def outside_message(value: str, root_name: str) -> str:
     """The one refusal for a path outside its root: the same for existing and missing paths."""
     return f"{value!r} is outside {root_name}; only paths under it are read"

@@ -61,13 +61,14 @@ def _digest(row: Row) -> str:
 
 
 def _read_all(spec: CorpusSpec, meter: _Meter) -> tuple[list[Tally], list[Row]]:
-    files = discover(spec)
+    found = discover(spec)
+    files = [paths for paths, _ in found]
     meter.total = sum(path.stat().st_size for paths in files for path in paths)
     tallies: list[Tally] = []
     pool: list[Row] = []
     seen: set[str] = set()
-    for source, paths in zip(spec.sources, files, strict=True):
-        tally = Tally(source.name, source.type, source.path)
+    for source, (paths, skipped) in zip(spec.sources, found, strict=True):
+        tally = Tally(source.name, source.type, source.path, links_outside=skipped)
         tallies.append(tally)
         for row in read_source(source, paths, tally, meter):
             row.digest = _digest(row)
@@ -351,10 +352,18 @@ def _manifest(
         **{name: len(out[name]) for name in ("train", "val", "anchor", "critic")},
         "dropped_by_knobs": sum(plan.dropped.values()),
     }
+    links = sum(len(t.links_outside) for t in tallies)
+    if links:
+        counters["links_outside_skipped"] = links
     warnings = list(plan.warnings)
     for tally in tallies:
         if tally.rows_kept == 0:
             warnings.append(f"source {tally.name!r} kept no rows ({tally.rows_read} read)")
+        if tally.links_outside:
+            warnings.append(
+                f"source {tally.name!r}: skipped {len(tally.links_outside)} file(s) that link "
+                f"out of its folder: {', '.join(tally.links_outside)}"
+            )
     invalid: dict[str, int] = {}
     for tally in tallies:
         for reason, count in tally.invalid.items():

@@ -109,6 +109,8 @@ class Tally:
     # reason -> file -> first few line numbers
     examples: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     kinds: dict[str, int] = field(default_factory=dict)
+    # Files of a folder source that link out of it: skipped, named (core/paths.files_inside).
+    links_outside: list[str] = field(default_factory=list)
 
     def reject(self, reason: str, file: str, line: int) -> None:
         self.invalid[reason] = self.invalid.get(reason, 0) + 1
@@ -142,6 +144,7 @@ class Tally:
                 for reason in sorted(self.invalid)
             },
             "kinds": dict(sorted(self.kinds.items())),
+            **({"links_outside": self.links_outside} if self.links_outside else {}),
         }
 
 

@@ -48,6 +48,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from core.paths import files_inside
 from core.schemas.corpus import (
     CorpusSpec,
     JsonlSource,
@@ -69,28 +70,37 @@ MAX_LINE_BYTES = 16 << 20  # no row is near this; a longer "line" is garbage
 _SKIP_PIECE = 1 << 20
 
 
-def discover(spec: CorpusSpec) -> list[list[Path]]:
-    """The files each source reads; raises CorpusInputError for a path that is not there."""
-    found: list[list[Path]] = []
+def discover(spec: CorpusSpec) -> list[tuple[list[Path], list[str]]]:
+    """(the files each source reads, the names it skipped as links out of its folder); raises
+    CorpusInputError for a path that is not there."""
+    found: list[tuple[list[Path], list[str]]] = []
     for index, source in enumerate(spec.sources):
         field = f"sources[{index}].path"
         root = Path(source.path)
         if not root.exists():
             raise CorpusInputError(field, f"{root} does not exist")
+        skipped: list[str] = []
         if isinstance(source, TrmPlayRootSource):
             if not root.is_dir():
                 raise CorpusInputError(field, f"{root} is not a folder (trm_play_root wants one)")
-            files = sorted(root.glob(PLAY_GLOB))
+            files, skipped = files_inside(root, sorted(root.glob(PLAY_GLOB)))
             if not files:
-                raise CorpusInputError(field, f"{root} holds no {PLAY_GLOB}")
+                raise CorpusInputError(field, f"{root} holds no {PLAY_GLOB}{_links(skipped)}")
         elif root.is_dir():
-            files = sorted(p for p in root.glob("*.jsonl") if p.is_file())
+            listed = sorted(p for p in root.glob("*.jsonl") if p.is_file() or p.is_symlink())
+            files, skipped = files_inside(root, listed)
             if not files:
-                raise CorpusInputError(field, f"{root} holds no *.jsonl file")
+                raise CorpusInputError(field, f"{root} holds no *.jsonl file{_links(skipped)}")
         else:
             files = [root]
-        found.append(files)
+        found.append((files, skipped))
     return found
+
+
+def _links(skipped: list[str]) -> str:
+    if not skipped:
+        return ""
+    return f" inside it ({len(skipped)} link(s) out of the folder skipped: {', '.join(skipped)})"
 
 
 # A converter turns one parsed line into a Row, or raises Invalid.
