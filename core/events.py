@@ -215,13 +215,16 @@ class Publisher:
             log.warning("live fan-out of %d events failed: %s", len(messages), exc)
 
 
-def events_after(
-    session: Session, run_id: str, after_id: int = 0, limit: int = 1000
+def events_after_seq(
+    session: Session, run_id: str, after_seq: int = 0, limit: int = 1000
 ) -> list[dict[str, Any]]:
+    """Up to `limit` of a run's events after `after_seq`, oldest first: one keyset page read
+    through the (run_id, seq) unique index, so each page costs the same however long the run's
+    history (per run, `seq` order is commit order and `id` order)."""
     rows = session.exec(
         select(Event)
-        .where(Event.run_id == run_id, col(Event.id) > after_id)
-        .order_by(col(Event.id))
+        .where(Event.run_id == run_id, col(Event.seq) > after_seq)
+        .order_by(col(Event.seq))
         .limit(limit)
     ).all()
     return [event_dict(ev) for ev in rows]

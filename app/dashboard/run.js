@@ -5,6 +5,8 @@
 const SCORE_KEYS = ["train_score", "anchor_score", "failure_rate", "recovery_rate", "generalization_gap"];
 const DECISIONS = new Set(["best", "branch", "discard", "failed"]);
 const EVAL_KEY = /(acc|accuracy|anchor|score)/i;
+// The run page replays only this many of a run's latest events (plots show their window).
+const RECENT_EVENTS = 200;
 
 // Scorecards (worker/evaluate, format trm-scorecard/1) keep each score as {value, n, ci95} under
 // `scores`, and the plain number at the top level; a bench adds `baseline`, `router`, `delta`.
@@ -72,7 +74,9 @@ views.run = {
     this.refreshRun();
     this.refreshCard();
     this.refreshArtifacts();
-    this.stream = new EventStream(`/runs/${encodeURIComponent(id)}/events`, (ev) => this.onEvent(ev), (state) => this.onStreamState(state), async () => {
+    // The card and the run come from their own GETs above; the stream starts at the run's last
+    // RECENT_EVENTS events, not at 0 (a long run's whole history would be replayed into the page).
+    this.stream = new EventStream(`/runs/${encodeURIComponent(id)}/events?tail=${RECENT_EVENTS}`, (ev) => this.onEvent(ev), (state) => this.onStreamState(state), async () => {
       const run = await apiJson(`/runs/${encodeURIComponent(id)}`).catch(() => null);
       return Boolean(run && TERMINAL.has(run.status));
     });

@@ -1,12 +1,14 @@
 """/runs/{id}/events (SSE) and /runs/{id}/card (SPEC §9).
 
-The stream replays from the database after `Last-Event-ID` (or `?after=`), then follows the live
-channel. Per run, event ids and `seq` both grow in commit order (core/events.py), so a follower
-drops what it has seen and reads the database again whenever `seq` jumps: no gap, no duplicate.
+The stream replays from the database after `Last-Event-ID` (or `?after=`), a page at a time, then
+follows the live channel. Per run, event ids and `seq` both grow in commit order (core/events.py),
+so a follower drops what it has seen and reads the database again whenever `seq` jumps: no gap,
+no duplicate.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -19,7 +21,7 @@ from app.deps import AppState, session, state
 from app.live import FRAME, PING, RESYNC, TICK, sse_frame
 from core.card import Card, render_text
 from core.errors import ApiError
-from core.events import events_after
+from core.events import events_after_seq
 from core.models import TERMINAL_STATUSES, Event, Run
 from core.runs import get_run
 
@@ -36,28 +38,35 @@ class EventStream(StreamingResponse):
         super().__init__(frames, status_code=status_code, headers=headers)
 
 
+# Replay reads and sends this many stored events at a time: a stream holds one page in memory,
+# however long the run's history (a 300k-event run once cost 323 MiB before the first byte).
 PAGE = 1000
+# Event ids are Postgres BIGINTs: a larger `Last-Event-ID` or `after` cannot name an event.
+MAX_EVENT_ID = 2**63 - 1
+# ASCII digits only: str.isdigit() and int() also take `²` and other Unicode digits.
+EVENT_ID = re.compile(r"[0-9]{1,19}")
+TAIL_MAX = 10_000
 
 
-def _read(app: AppState, run_id: str, after: int) -> tuple[list[dict[str, Any]], bool]:
-    """Every stored event after `after` (paged), and whether the run has ended."""
-    out: list[dict[str, Any]] = []
+def _page(app: AppState, run_id: str, after_seq: int) -> tuple[list[dict[str, Any]], bool]:
+    """Up to PAGE stored events after `after_seq`, oldest first, and whether the run had ended
+    before they were read (its status is read first: an ended run's terminal event is then among
+    them, unless the client is past it)."""
     with Session(app.engine) as db:
-        while True:
-            page = events_after(db, run_id, after, PAGE)
-            out.extend(page)
-            if len(page) < PAGE:
-                break
-            after = page[-1]["id"]
         status = db.exec(select(Run.status).where(Run.id == run_id)).first()
-        return out, status in TERMINAL_STATUSES
+        return events_after_seq(db, run_id, after_seq, PAGE), status in TERMINAL_STATUSES
 
 
-def _seq_of(app: AppState, run_id: str, event_id: int) -> int:
+def _start_seq(app: AppState, run_id: str, after_id: int | None, tail: int | None) -> int:
+    """Where the stream starts, as a `seq`: after the event with id `after_id` (the client's
+    `Last-Event-ID`), or before the run's last `tail` events; 404 for an unknown run."""
     with Session(app.engine) as db:
+        run = get_run(db, run_id)
+        if after_id is None:
+            return max(0, run.event_seq - tail) if tail is not None else 0
         seq = db.exec(
             select(Event.seq)
-            .where(Event.run_id == run_id, col(Event.id) <= event_id)
+            .where(Event.run_id == run_id, col(Event.id) <= after_id)
             .order_by(col(Event.id).desc())
             .limit(1)
         ).first()
@@ -72,67 +81,71 @@ def _sse(ev: dict[str, Any]) -> bytes:
     return ev.get(FRAME) or sse_frame(ev)
 
 
-async def follow(app: AppState, run_id: str, after: int) -> AsyncIterator[bytes]:
+async def follow(app: AppState, run_id: str, after_seq: int) -> AsyncIterator[bytes]:
+    """Replay from the database a page at a time, then follow the live channel; back to the
+    database whenever `seq` jumps (Redis dropped something) or a quiet period ends."""
     async with app.hub.subscribe(run_id) as queue:  # subscribe first: the replay overlaps it
-        last_id = after
-        last_seq = await run_in_threadpool(_seq_of, app, run_id, after) if after else 0
-        pending, ended = await run_in_threadpool(_read, app, run_id, after)
-        if ended and not any(_is_terminal(ev) for ev in pending):
-            pending_ids = [ev for ev in pending if ev["id"] > last_id]
-            for ev in pending_ids:
-                yield _sse(ev)
-            return  # the client already has the terminal event
+        last_seq = after_seq
         quiet = False  # nothing sent since the last tick
         while True:
-            for ev in pending:
-                if ev["id"] <= last_id:
+            while True:  # catch up from the database, one page in memory at a time
+                page, ended = await run_in_threadpool(_page, app, run_id, last_seq)
+                for ev in page:
+                    yield _sse(ev)
+                    last_seq, quiet = ev["seq"], False
+                    if _is_terminal(ev):
+                        return
+                if len(page) < PAGE:
+                    break
+            if ended:
+                return  # ended before we read, no terminal event after `after`: the client has it
+            while True:  # live, as long as `seq` follows on
+                item = await queue.get()
+                if item is TICK:
+                    if not quiet:
+                        quiet = True
+                        continue
+                    yield PING  # quiet for a whole period: keep the connection, and make sure
+                    break  # Redis did not drop anything
+                if item is RESYNC or item["seq"] > last_seq + 1:
+                    break
+                if item["seq"] <= last_seq:
                     continue
-                yield _sse(ev)
-                last_id, last_seq, quiet = ev["id"], ev["seq"], False
-                if _is_terminal(ev):
+                yield _sse(item)
+                last_seq, quiet = item["seq"], False
+                if _is_terminal(item):
                     return
-            pending = []
-            item = await queue.get()
-            if item is TICK:
-                if not quiet:
-                    quiet = True
-                    continue
-                yield PING  # quiet for a whole period: keep the connection, and make sure
-                item = RESYNC  # Redis did not drop anything
-            if item is not RESYNC and item["seq"] <= last_seq:
-                continue
-            if item is not RESYNC and item["seq"] == last_seq + 1:
-                pending = [item]
-                continue
-            pending, _ = await run_in_threadpool(_read, app, run_id, last_id)
+
+
+def _event_id(value: str, field: str) -> int:
+    """A client's event id: ASCII digits naming a BIGINT, else a 422 naming `field`."""
+    text = value.strip()
+    if not EVENT_ID.fullmatch(text) or int(text) > MAX_EVENT_ID:
+        raise ApiError(
+            422,
+            "validation_error",
+            f"{field}: must be an event id (ASCII digits, 0 to {MAX_EVENT_ID})",
+            [{"field": field, "message": "not an event id"}],
+        )
+    return int(text)
 
 
 @router.get("/runs/{run_id}/events", response_class=EventStream)
 async def run_events(
     run_id: str,
     app: Annotated[AppState, Depends(state)],
-    after: Annotated[int | None, Query(ge=0)] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_EVENT_ID)] = None,
+    tail: Annotated[int | None, Query(ge=0, le=TAIL_MAX)] = None,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> EventStream:
-    """Server-sent events: every event of the run after `Last-Event-ID` (or `?after=`), then
-    live ones, with a keep-alive comment; the stream ends after the terminal `status` event."""
-    start = after or 0
-    if last_event_id:
-        if not last_event_id.strip().isdigit():
-            raise ApiError(
-                422,
-                "validation_error",
-                "Last-Event-ID: must be an event id (integer)",
-                [{"field": "Last-Event-ID", "message": "not an integer"}],
-            )
-        start = max(start, int(last_event_id))
-    await run_in_threadpool(_exists, app, run_id)
+    """Server-sent events: every event of the run after `Last-Event-ID` (or `?after=`), or only
+    its last `?tail=N` stored ones (the dashboard's first connection), then live ones, with a
+    keep-alive comment; the stream ends after the terminal `status` event."""
+    after_id = after
+    if last_event_id is not None and last_event_id.strip():
+        after_id = max(after or 0, _event_id(last_event_id, "Last-Event-ID"))
+    start = await run_in_threadpool(_start_seq, app, run_id, after_id, tail)
     return EventStream(follow(app, run_id, start))
-
-
-def _exists(app: AppState, run_id: str) -> None:
-    with Session(app.engine) as db:
-        get_run(db, run_id)
 
 
 def card_of(run: Run) -> Card:
