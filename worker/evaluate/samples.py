@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from core.paths import under
 from core.rundir import atomic_file
 from worker.models.policy import Policy, argmax
 
@@ -74,7 +75,12 @@ def run_sample_cache(runs_dir: Path, run_dir: Path, model_hash: str) -> SampleCa
     name = f"{model_hash}.jsonl"
     own = Path(run_dir) / CACHE_DIR / name
     found = Path(runs_dir).glob(f"*/{CACHE_DIR.as_posix()}/{name}")
-    others = sorted(p for p in found if p.resolve() != own.resolve())
+    # Each file must resolve inside its own run's directory: a symlink planted in a run
+    # directory never makes the cache read a file from elsewhere.
+    others = sorted(
+        p for p in found
+        if p.resolve() != own.resolve() and under(p.parents[len(CACHE_DIR.parts)], p)
+    )  # fmt: skip
     return SampleCache(own, others)
 
 

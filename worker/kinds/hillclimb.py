@@ -279,7 +279,13 @@ def _copy_best(ctx: StageContext, run_id: str, record: dict[str, Any]) -> None:
 def search_summary(run_dir: Path) -> dict[str, Any]:
     """summary.json's `search`: the search's own summary, once `finalize` wrote it."""
     path = run_dir / SEARCH_SUMMARY
-    return {"search": json.loads(path.read_text())} if path.exists() else {}
+    if not path.is_file() or not under(run_dir, path):
+        return {}
+    try:
+        search = json.loads(path.read_text())
+    except (OSError, ValueError):  # not the file finalize wrote: leave it out of the summary
+        return {}
+    return {"search": search} if isinstance(search, dict) else {}
 
 
 STAGES = (
