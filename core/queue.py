@@ -7,6 +7,12 @@ arq's WATCH / EXISTS / MULTI / EXEC, and callable from a plain thread (the API's
 records and queues a run in one trip to the threadpool). Like `enqueue_job`, it refuses a job id
 that is queued or already has a result. It also publishes the job id on the queue's wake channel,
 so idle workers start it at once instead of polling Redis every few milliseconds.
+
+A worker that starts a job first marks it `arq:in-progress:<id>` for the job timeout + 10 s (a
+week), then claims the run in the database. One that dies in between leaves a marker no live
+worker holds, and every worker passes over a marked job: `requeue_stale` clears such a marker
+once it is older than any live worker takes to claim, and `drop_job` takes the jobs of runs that
+moved on (finished, or on a later attempt) off the queue, so its depth counts no ghosts.
 """
 
 from __future__ import annotations
@@ -16,7 +22,13 @@ from typing import Any
 
 import redis
 from arq.connections import ArqRedis, RedisSettings, create_pool
-from arq.constants import expires_extra_ms, job_key_prefix, result_key_prefix
+from arq.constants import (
+    expires_extra_ms,
+    in_progress_key_prefix,
+    job_key_prefix,
+    result_key_prefix,
+    retry_key_prefix,
+)
 from arq.jobs import serialize_job
 
 from core.redisconn import redis_url
@@ -31,6 +43,26 @@ redis.call('PSETEX', KEYS[1], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
 redis.call('PUBLISH', ARGV[5], ARGV[4])
 return 1
+"""
+
+
+# A marker older than `min_age` whose run is still queued: no live worker holds it. The worker's
+# retry counter goes too, or arq would count the dead worker's start as the job's one try.
+REQUEUE_STALE_LUA = """
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 or tonumber(ARGV[1]) - ttl < tonumber(ARGV[2]) then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('PSETEX', KEYS[3], ARGV[3], ARGV[4])
+redis.call('ZADD', KEYS[4], ARGV[5], ARGV[6])
+redis.call('PUBLISH', ARGV[7], ARGV[6])
+return 1
+"""
+
+DROP_LUA = """
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+local gone = 0
+for i = 4, #KEYS do gone = gone + redis.call('ZREM', KEYS[i], ARGV[1]) end
+return gone
 """
 
 
@@ -86,3 +118,43 @@ async def enqueue(
     """From the event loop: the same as `enqueue_now`."""
     keys, args = _job(settings, run_id, attempt, queue)
     return bool(await pool.register_script(ENQUEUE_LUA)(keys, args))
+
+
+def in_progress_ms(settings: Settings) -> int:
+    """How long arq's worker marks a started job (its `in_progress_timeout_s`)."""
+    return (settings.job_timeout_s + 10) * 1000
+
+
+async def marked_jobs(pool: ArqRedis, settings: Settings) -> list[tuple[str, str, int]]:
+    """(job id, run id, attempt) of each of this namespace's jobs a worker marked as started."""
+    prefix = f"{in_progress_key_prefix}{settings.redis_namespace}:"
+    pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix) + "*"
+    found = []
+    async for key in pool.scan_iter(match=pattern, count=1000):
+        jid = key.decode()[len(in_progress_key_prefix) :]
+        run_id, _, attempt = jid[len(prefix) - len(in_progress_key_prefix) :].rpartition(":")
+        if run_id.isalnum() and attempt.isdigit():  # another namespace's `<ns>:<more>` is not ours
+            found.append((jid, run_id, int(attempt)))
+    return found
+
+
+async def requeue_stale(
+    pool: ArqRedis, settings: Settings, run_id: str, attempt: int, queue: str, min_age_s: float
+) -> bool:
+    """Queue this attempt's job again if a worker marked it started more than `min_age_s` ago
+    (and the caller knows the run is still queued: that worker never claimed it)."""
+    jid = job_id(settings, run_id, attempt)
+    (job_key, _, queue_key), (_, payload, now_ms, _, channel) = _job(
+        settings, run_id, attempt, queue
+    )
+    keys = [in_progress_key_prefix + jid, retry_key_prefix + jid, job_key, queue_key]
+    args = [in_progress_ms(settings), int(min_age_s * 1000), expires_extra_ms, payload]
+    script = pool.register_script(REQUEUE_STALE_LUA)
+    return bool(await script(keys, [*args, now_ms, jid, channel]))
+
+
+async def drop_job(pool: ArqRedis, settings: Settings, jid: str) -> bool:
+    """Take a job whose run has moved on off every queue, with its marker. True if it was on one."""
+    keys = [in_progress_key_prefix + jid, retry_key_prefix + jid, job_key_prefix + jid]
+    keys += [settings.queue_name(queue) for queue in QUEUES]
+    return bool(await pool.register_script(DROP_LUA)(keys, [jid]))

@@ -3,24 +3,29 @@
 - a `running` run whose heartbeat went stale is marked `interrupted` (its worker vanished);
 - an `interrupted` run is queued again as the next attempt, up to `max_attempts`,
   then `failed/crash`;
-- a `queued` run that Redis no longer holds (flushed, restarted empty) is enqueued again.
+- a `queued` run that Redis no longer holds (flushed, restarted empty) is enqueued again;
+- a `queued` run whose job a worker marked started but never claimed (it died in between) is
+  queued again once the mark is older than a live worker takes to claim (`TRM_DB_RETRY_S` +
+  `TRM_STALE_AFTER_S`), not after arq's week-long in-progress timeout;
+- the job of a run that moved on (finished, on a later attempt) leaves the queue.
 
 Every change is a compare-and-set, so several workers reconciling at once do each thing once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from arq.connections import ArqRedis
-from sqlmodel import col, select
+from sqlmodel import Session, col, select
 
 from core.db import as_utc
 from core.events import Publisher
 from core.models import Run, WorkerRecord, utcnow
-from core.queue import enqueue
+from core.queue import drop_job, enqueue, marked_jobs, requeue_stale
 from core.runstate import set_status
 from core.settings import Settings
 
@@ -35,6 +40,8 @@ class Pass:
     failed: list[str] = field(default_factory=list)
     to_enqueue: list[tuple[str, int, str]] = field(default_factory=list)
     enqueued: list[str] = field(default_factory=list)
+    unstuck: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
 
 
 def reclaim(settings: Settings, publisher: Publisher, judge_stale: bool = True) -> Pass:
@@ -106,21 +113,51 @@ def reclaim(settings: Settings, publisher: Publisher, judge_stale: bool = True) 
     return result
 
 
+def run_states(publisher: Publisher, run_ids: set[str]) -> dict[str, tuple[str, int, str]]:
+    """(status, attempt, queue) of each run that exists."""
+    with Session(publisher.engine) as session:
+        rows = session.exec(select(Run).where(col(Run.id).in_(run_ids))).all()
+    return {run.id: (run.status, run.attempt, run.queue) for run in rows}
+
+
+async def sweep_marked(
+    settings: Settings, publisher: Publisher, pool: ArqRedis, result: Pass
+) -> None:
+    """The Redis half for jobs a worker marked started: a running run's job is its worker's; a
+    queued run's job whose mark outlived any claim is queued again; any other job is a ghost."""
+    marked = await marked_jobs(pool, settings)
+    if not marked:
+        return
+    states = await asyncio.to_thread(run_states, publisher, {run_id for _, run_id, _ in marked})
+    claim_within_s = settings.db_retry_s + settings.stale_after_s
+    for jid, run_id, attempt in marked:
+        status, current, queue = states.get(run_id, ("gone", 0, ""))
+        if current == attempt and status == "running":
+            continue
+        if current == attempt and status == "queued":
+            if await requeue_stale(pool, settings, run_id, attempt, queue, claim_within_s):
+                result.unstuck.append(run_id)
+        elif await drop_job(pool, settings, jid):
+            result.dropped.append(jid)
+
+
 async def reconcile_once(
     settings: Settings, publisher: Publisher, pool: ArqRedis, judge_stale: bool = True
 ) -> Pass:
-    import asyncio
-
     result = await asyncio.to_thread(reclaim, settings, publisher, judge_stale)
     for run_id, attempt, queue in result.to_enqueue:
         if await enqueue(pool, settings, run_id, attempt, queue):
             result.enqueued.append(run_id)
-    if result.interrupted or result.requeued or result.failed or result.enqueued:
+    await sweep_marked(settings, publisher, pool, result)
+    if any((result.interrupted, result.requeued, result.failed, result.enqueued, result.unstuck)):
         log.info(
-            "reconciled: interrupted=%s requeued=%s failed=%s enqueued=%s",
+            "reconciled: interrupted=%s requeued=%s failed=%s enqueued=%s unstuck=%s",
             result.interrupted,
             result.requeued,
             result.failed,
             result.enqueued,
+            result.unstuck,
         )
+    if result.dropped:
+        log.info("jobs of runs that moved on left the queue: %s", result.dropped)
     return result
