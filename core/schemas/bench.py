@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from core.schemas.common import CommonSpec
+from core.schemas.common import CommonSpec, Seed
 
 
 class BenchSpec(CommonSpec):
@@ -24,5 +24,5 @@ class BenchSpec(CommonSpec):
     trainer: Literal["trm", "qlora"] | None = None
     episodes: int | None = Field(default=None, ge=1, le=1000)
     # A local JSONL export of a verifiers environment's results (normalized rows), under DATA_DIR.
-    results_jsonl: str | None = None
-    seed: int = 0
+    results_jsonl: str | None = Field(default=None, max_length=4096)
+    seed: Seed = 0

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
+
+# Seeds feed torch and numpy generators, and trm's data order takes `seed * 7919 + epoch`: a
+# seed near 2**63 overflowed there at run time. 31 bits are more seeds than anyone will try.
+Seed = Annotated[int, Field(ge=0, le=2**31 - 1)]
+# The upper bound of every count a spec may ask for that has no tighter one: the step and
+# candidate limits of the settings (TRM_MAX_STEPS, TRM_MAX_CANDIDATES) are checked on top.
+MAX_COUNT = 10_000_000
 
 
 class StrictModel(BaseModel):
@@ -12,13 +21,13 @@ class StrictModel(BaseModel):
 class Budget(StrictModel):
     """Checked at step and candidate boundaries (SPEC §3.2a): a run may overshoot by one step."""
 
-    max_seconds: float | None = Field(default=None, gt=0)
-    max_tokens: int | None = Field(default=None, gt=0)
-    max_candidates: int | None = Field(default=None, gt=0)
+    max_seconds: float | None = Field(default=None, gt=0, le=1e9)
+    max_tokens: int | None = Field(default=None, gt=0, le=10**15)
+    max_candidates: int | None = Field(default=None, gt=0, le=MAX_COUNT)
 
 
 class Notify(StrictModel):
-    url: str
+    url: str = Field(max_length=2000)
 
 
 class CommonSpec(StrictModel):

@@ -11,6 +11,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from core.schemas.common import MAX_COUNT, Seed
+
+# Bounds on lists a spec may name: far above any real corpus, low enough that validating and
+# storing a spec stays cheap.
+MAX_SOURCES, MAX_NAMES, MAX_MAP = 64, 1000, 100_000
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+
 
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -20,8 +27,8 @@ class TrmPlayRootSource(StrictModel):
     """`<path>/worlds/*/trm_traces.jsonl`, the play logs of an AICOO/TRM setup (or `trm envs`)."""
 
     type: Literal["trm_play_root"]
-    name: str = Field(min_length=1)
-    path: str
+    name: Name
+    path: str = Field(max_length=4096)
     # "PICK n" counts candidates from 0 (the original traces); a row may override with `pick_base`.
     pick_base: Literal[0, 1] = 0
     # Run name for every row that names none (default: the source name).
@@ -33,19 +40,19 @@ class JsonlSource(StrictModel):
     mapped field by field (dotted paths such as `obs.position`)."""
 
     type: Literal["jsonl"]
-    name: str = Field(min_length=1)
-    path: str
+    name: Name
+    path: str = Field(max_length=4096)
     mode: Literal["normalized", "reasoning_trace"] = "normalized"
-    state_fields: list[str] = Field(default_factory=list)
+    state_fields: list[str] = Field(default_factory=list, max_length=MAX_NAMES)
     tools_field: str | None = None
-    tools_default: list[str] | None = None
+    tools_default: list[str] | None = Field(default=None, max_length=MAX_NAMES)
     # A list beside the tools, one shared tag each (`options.tags`): what
     # `namespace_normalization: auto` maps the ids to.
     tags_field: str | None = None
     action_field: str | None = None
     action_default: str | None = None
     # A list of dotted paths (meta key = last part) or {meta_key: dotted_path}.
-    meta_fields: list[str] | dict[str, str] = Field(default_factory=list)
+    meta_fields: list[str] | dict[str, str] = Field(default_factory=list, max_length=MAX_NAMES)
 
     @model_validator(mode="after")
     def _mapping_fits_mode(self) -> JsonlSource:
@@ -78,10 +85,10 @@ class RouterJsonlSource(StrictModel):
     prompt_family, tool_caps, rationale}`."""
 
     type: Literal["router_jsonl"]
-    name: str = Field(min_length=1)
-    path: str
+    name: Name
+    path: str = Field(max_length=4096)
     # The candidate routes of every row; default: every route seen in this source, sorted.
-    routes: list[str] | None = None
+    routes: list[str] | None = Field(default=None, max_length=MAX_NAMES)
 
 
 Source = Annotated[TrmPlayRootSource | JsonlSource | RouterJsonlSource, Field(discriminator="type")]
@@ -90,25 +97,25 @@ Source = Annotated[TrmPlayRootSource | JsonlSource | RouterJsonlSource, Field(di
 class SplitSpec(StrictModel):
     # None: `env` when the rows span 3+ envs, else `run` when 3+ runs, else `episode`.
     by: Literal["env", "run", "episode", "row"] | None = None
-    seed: int = 0
+    seed: Seed = 0
     val_fraction: float = Field(default=0.2, ge=0.0, lt=1.0)
     # Held out entirely, never trained on: env names or group keys (`env/run`, `env/run/episode`)
     # at the split level or coarser.
-    anchor: list[str] = Field(default_factory=list)
+    anchor: list[str] = Field(default_factory=list, max_length=MAX_MAP)
 
 
 class Knobs(StrictModel):
     """The data knobs the hill-climb turns (SPEC §4, §8). Each is deterministic in `split.seed`."""
 
     # Weight per source name for the train split (every source named; 0 leaves it out).
-    source_mix: dict[str, float] = Field(default_factory=dict)
+    source_mix: dict[str, float] = Field(default_factory=dict, max_length=MAX_SOURCES)
     # How many groups leave training (go to val); 0 means "use split.val_fraction".
-    heldout_breadth: int = Field(default=0, ge=0)
+    heldout_breadth: int = Field(default=0, ge=0, le=MAX_COUNT)
     state_compression: Literal["full", "keys", "minimal"] = "full"
     # Top-level state keys that survive `keys`/`minimal`; empty means "all but trace extras".
-    state_keys: list[str] = Field(default_factory=list)
+    state_keys: list[str] = Field(default_factory=list, max_length=MAX_NAMES)
     # Negatives in critic.jsonl from train groups, as a share of the train rows; None keeps all.
-    negative_rate: float | None = Field(default=None, ge=0.0)
+    negative_rate: float | None = Field(default=None, ge=0.0, le=1000.0)
     # Share of recovery rows in train (reached by downsampling); None keeps the natural share.
     recovery_rate: float | None = Field(default=None, ge=0.0, le=1.0)
     # True: shared tags from `namespace_map`, else the id without its env prefix and namespace.
@@ -117,7 +124,7 @@ class Knobs(StrictModel):
     # they are. The raw ids stay in each row's meta.
     namespace_normalization: bool | Literal["auto"] = False
     # Explicit raw id -> shared tag; it wins over a world's own tags.
-    namespace_map: dict[str, str] = Field(default_factory=dict)
+    namespace_map: dict[str, str] = Field(default_factory=dict, max_length=MAX_MAP)
 
     @model_validator(mode="after")
     def _weights_not_negative(self) -> Knobs:
@@ -130,10 +137,10 @@ class Knobs(StrictModel):
 
 
 class CorpusSpec(StrictModel):
-    sources: list[Source] = Field(min_length=1)
+    sources: list[Source] = Field(min_length=1, max_length=MAX_SOURCES)
     split: SplitSpec = Field(default_factory=SplitSpec)
     # A family with fewer positive rows than this leaves the action corpus (to critic.jsonl).
-    min_exact_positives: int = Field(default=2, ge=0)
+    min_exact_positives: int = Field(default=2, ge=0, le=MAX_COUNT)
     knobs: Knobs = Field(default_factory=Knobs)
     # What the assistant says in messages.jsonl: the action id alone, or the router JSON object.
     contract: Literal["action_only", "json"] = "action_only"

@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from core.schemas.common import CommonSpec, StrictModel
-from core.schemas.train import TrainSpec
+from core.schemas.common import MAX_COUNT, CommonSpec, Seed, StrictModel
+from core.schemas.train import QloraTrainerConfig, TrainSpec, TrmTrainerConfig
 
 RUNG_NAMES = (
     "in_domain",
@@ -24,6 +24,7 @@ RUNG_NAMES = (
     "hardest_setting",
 )
 Compression = Literal["full", "keys", "minimal"]
+MAX_VALUES = 32  # values per knob range: a search walks them one step at a time
 
 
 def _off_on() -> list[bool | Literal["auto"]]:
@@ -37,12 +38,18 @@ class KnobRanges(StrictModel):
     candidate also move them one step from there.
     """
 
-    source_mix: list[dict[str, float]] = Field(default_factory=list)
-    heldout_breadth: list[int] = Field(default_factory=list)
-    state_compression: list[Compression] = Field(default_factory=list)
-    negative_rate: list[float | None] = Field(default_factory=lambda: [None, 0.1, 0.25, 0.5])
-    recovery_rate: list[float | None] = Field(default_factory=lambda: [None, 0.1, 0.2, 0.3])
-    namespace_normalization: list[bool | Literal["auto"]] = Field(default_factory=_off_on)
+    source_mix: list[dict[str, float]] = Field(default_factory=list, max_length=MAX_VALUES)
+    heldout_breadth: list[int] = Field(default_factory=list, max_length=MAX_VALUES)
+    state_compression: list[Compression] = Field(default_factory=list, max_length=MAX_VALUES)
+    negative_rate: list[float | None] = Field(
+        default_factory=lambda: [None, 0.1, 0.25, 0.5], max_length=MAX_VALUES
+    )
+    recovery_rate: list[float | None] = Field(
+        default_factory=lambda: [None, 0.1, 0.2, 0.3], max_length=MAX_VALUES
+    )
+    namespace_normalization: list[bool | Literal["auto"]] = Field(
+        default_factory=_off_on, max_length=MAX_VALUES
+    )
 
     @field_validator("heldout_breadth")
     @classmethod
@@ -54,26 +61,40 @@ class KnobRanges(StrictModel):
 
 class TrainerKnobRanges(StrictModel):
     """Trainer settings the search may also turn. Off (empty) by default: a generalization search
-    should move the data, not drift into hyperparameter tuning."""
+    should move the data, not drift into hyperparameter tuning. Each value is bounded as the
+    trainer's own setting is (a range could otherwise carry `hidden: [4096]` past the spec's
+    bounds)."""
 
-    n_recursions: list[int] = Field(default_factory=list)
-    cycles: list[int] = Field(default_factory=list)
-    supervision_steps: list[int] = Field(default_factory=list)
-    hidden: list[int] = Field(default_factory=list)
-    epochs: list[int] = Field(default_factory=list)
-    lr: list[float] = Field(default_factory=list)
-    batch_size: list[int] = Field(default_factory=list)
-    r: list[int] = Field(default_factory=list)
-    alpha: list[int] = Field(default_factory=list)
+    n_recursions: list[int] = Field(default_factory=list, max_length=MAX_VALUES)
+    cycles: list[int] = Field(default_factory=list, max_length=MAX_VALUES)
+    supervision_steps: list[int] = Field(default_factory=list, max_length=MAX_VALUES)
+    hidden: list[int] = Field(default_factory=list, max_length=MAX_VALUES)
+    epochs: list[int] = Field(default_factory=list, max_length=MAX_VALUES)
+    lr: list[float] = Field(default_factory=list, max_length=MAX_VALUES)
+    batch_size: list[int] = Field(default_factory=list, max_length=MAX_VALUES)
+    r: list[int] = Field(default_factory=list, max_length=MAX_VALUES)
+    alpha: list[int] = Field(default_factory=list, max_length=MAX_VALUES)
+
+    @model_validator(mode="after")
+    def _within_the_trainers_bounds(self) -> TrainerKnobRanges:
+        for name, values in self.model_dump().items():
+            # Epochs are checked against trm's bound, the larger (the base names the trainer).
+            trainer = QloraTrainerConfig if name in ("r", "alpha") else TrmTrainerConfig
+            for index, value in enumerate(values):
+                try:
+                    trainer.model_validate({name: value})
+                except ValidationError as exc:
+                    raise ValueError(f"{name}[{index}]: {exc.errors()[0]['msg']}") from None
+        return self
 
 
 class Rung(StrictModel):
     """What one rung of the generalization ladder does to the data."""
 
-    name: str
+    name: str = Field(max_length=200)
     # The split level; None keeps the base corpus' `split.by`.
     split_by: Literal["env", "run", "episode", "row"] | None = None
-    heldout_breadth: int = Field(ge=0)
+    heldout_breadth: int = Field(ge=0, le=MAX_COUNT)
     state_compression: Compression
     # True forces shared action tags from this rung up; False leaves the knob to the search.
     namespace_normalization: bool = False
@@ -82,18 +103,18 @@ class Rung(StrictModel):
 class HillclimbSpec(CommonSpec):
     kind: Literal["hillclimb"]
     base: dict[str, Any]
-    anchors: list[str] = Field(default_factory=list)
+    anchors: list[str] = Field(default_factory=list, max_length=100_000)
     start_rung: int = Field(default=0, ge=0, le=5)
     # Six rungs replacing the default ladder (worker/hillclimb/ladder.py), rung 0 first.
     ladder: list[Rung] | None = Field(default=None, min_length=6, max_length=6)
     knobs: KnobRanges = Field(default_factory=KnobRanges)
     trainer_knobs: TrainerKnobRanges = Field(default_factory=TrainerKnobRanges)
-    patience: int = Field(default=3, ge=1)
-    max_candidates: int = Field(default=12, ge=1)
+    patience: int = Field(default=3, ge=1, le=1000)
+    max_candidates: int = Field(default=12, ge=1, le=MAX_COUNT)
     parallelism: int = Field(default=1, ge=1, le=64)
     noise_margin: float = Field(default=0.01, ge=0, le=1)
     max_generalization_gap: float = Field(default=0.15, ge=0, le=1)
-    seed: int = 0
+    seed: Seed = 0
 
     @field_validator("base", mode="before")
     @classmethod

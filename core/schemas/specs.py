@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter
 
 from core.schemas.bench import BenchSpec
-from core.schemas.common import CommonSpec
+from core.schemas.common import MAX_COUNT, CommonSpec
 from core.schemas.hillclimb import HillclimbSpec
 from core.schemas.train import TrainSpec
 
@@ -19,12 +19,12 @@ class SelftestSpec(CommonSpec):
     """Checks a worker end to end: a CPU loop in a child process that checkpoints and resumes."""
 
     kind: Literal["selftest"]
-    steps: int = Field(default=20, ge=1)
+    steps: int = Field(default=20, ge=1, le=MAX_COUNT)
     step_seconds: float = Field(default=0.05, ge=0, le=60)
-    checkpoint_every: int = Field(default=1, ge=1)
-    fail_at_step: int | None = Field(default=None, ge=1)
+    checkpoint_every: int = Field(default=1, ge=1, le=MAX_COUNT)
+    fail_at_step: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     # Hang (no progress, no exit) after this step: exercises stall detection (TRM_STALL_S).
-    stall_at_step: int | None = Field(default=None, ge=1)
+    stall_at_step: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     queue: Literal["gpu", "cpu"] = "cpu"
 
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from core.schemas.common import CommonSpec, StrictModel
+from core.schemas.common import MAX_COUNT, CommonSpec, Seed, StrictModel
 from core.schemas.corpus import CorpusSpec
 
 
@@ -16,7 +16,13 @@ class TrmTrainerConfig(StrictModel):
     the first cycles-1 without gradients (T), and up to `supervision_steps` deeply supervised
     steps per batch, with halting (N_sup). 1/1/1 is the one-step model. The run's `seed` drives
     it. Training keeps the epoch with the best val accuracy and stops after `patience` epochs
-    without a better one."""
+    without a better one.
+
+    Every size has an upper bound, and two checks run on the worker once the corpus is known,
+    before training (worker/models/footprint.py): the steps, `max_steps` or `epochs` x
+    ceil(train rows / (batch_size x grad_accum)), must stay within TRM_MAX_STEPS, and the memory
+    estimate within the worker's free RAM (VRAM on a GPU); either refusal is `bad_input` naming
+    the knobs and the figure."""
 
     n_recursions: int = Field(default=2, ge=1, le=16)
     cycles: int = Field(default=2, ge=1, le=8)
@@ -24,13 +30,13 @@ class TrmTrainerConfig(StrictModel):
     hidden: int = Field(default=64, ge=8, le=1024)
     epochs: int = Field(default=40, ge=1, le=1000)
     patience: int = Field(default=8, ge=1, le=1000)
-    max_steps: int | None = Field(default=None, ge=1)
+    max_steps: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     batch_size: int = Field(default=32, ge=1, le=4096)
     grad_accum: int = Field(default=1, ge=1, le=1024)
     lr: float = Field(default=2e-3, gt=0, lt=1)
     # Weight of the halting head's loss beside the answer's.
     halt_weight: float = Field(default=0.5, ge=0, le=10)
-    checkpoint_every: int = Field(default=200, ge=1)
+    checkpoint_every: int = Field(default=200, ge=1, le=MAX_COUNT)
 
 
 class GbdtTrainerConfig(StrictModel):
@@ -46,23 +52,29 @@ class GbdtTrainerConfig(StrictModel):
 
 
 class QloraTrainerConfig(StrictModel):
-    base_model: str = "smollm2-135m-instruct"
+    """LoRA adapters on a 4-bit base model (worker/train/qlora.py). Sizes are bounded; on the
+    worker, the steps (`max_steps`, or `epochs` x ceil(sequences / (micro_batch x grad_accum)),
+    counting the fewest packed sequences the corpus can make) must stay within TRM_MAX_STEPS and
+    the memory estimate within the worker's free RAM or VRAM (worker/models/footprint.py), else
+    `bad_input` with the figure."""
+
+    base_model: str = Field(default="smollm2-135m-instruct", min_length=1, max_length=200)
     r: int = Field(default=16, ge=1, le=512)
-    alpha: int = Field(default=32, ge=1)
+    alpha: int = Field(default=32, ge=1, le=4096)
     dropout: float = Field(default=0.05, ge=0, lt=1)
     target_modules: list[str] | Literal["all-linear"] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], max_length=64
     )
     lr: float = Field(default=2e-4, gt=0, lt=1)
     micro_batch: int = Field(default=8, ge=1, le=1024)
     grad_accum: int = Field(default=2, ge=1, le=1024)
     max_seq_len: int = Field(default=512, ge=16, le=32768)  # a route row renders to ~390 tokens
-    epochs: int = Field(default=1, ge=1)
-    max_steps: int | None = Field(default=None, ge=1)
-    eval_every: int = Field(default=50, ge=1)
-    checkpoint_every: int = Field(default=50, ge=1)
+    epochs: int = Field(default=1, ge=1, le=100)
+    max_steps: int | None = Field(default=None, ge=1, le=MAX_COUNT)
+    eval_every: int = Field(default=50, ge=1, le=MAX_COUNT)
+    checkpoint_every: int = Field(default=50, ge=1, le=MAX_COUNT)
     packing: bool = True
-    seed: int = 0
+    seed: Seed = 0
 
 
 class TrainSpec(CommonSpec):
@@ -72,4 +84,4 @@ class TrainSpec(CommonSpec):
     trm: TrmTrainerConfig = Field(default_factory=TrmTrainerConfig)
     gbdt: GbdtTrainerConfig = Field(default_factory=GbdtTrainerConfig)
     qlora: QloraTrainerConfig = Field(default_factory=QloraTrainerConfig)
-    seed: int = 0
+    seed: Seed = 0

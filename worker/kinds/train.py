@@ -50,6 +50,7 @@ from worker.evaluate.references import summary as references_summary
 from worker.evaluate.rollouts import EPISODES
 from worker.evaluate.samples import read_jsonl, run_sample_cache, write_samples
 from worker.kinds.base import Kind, StageDef
+from worker.models import footprint
 from worker.models.rows import read_rows
 from worker.train.callbacks import StageCallbacks
 
@@ -210,6 +211,11 @@ def launch_trainer(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
             "re-run the run from the start or point corpus at a folder that has it",
         )
     config = dict(resolved["config"] or {})
+    # Steps and memory are known once the corpus is: refuse what cannot run, before allocating.
+    cost = footprint.estimate(name, config, corpus_dir, Path(resolved["model_cache"]),
+                              probe=bool(resolved["probe"]))  # fmt: skip
+    ctx.note(f"estimate: {cost.describe()}")
+    footprint.check(cost, ctx.settings.max_steps)
     callbacks = BudgetCallbacks(ctx, resolved["budget"].get("max_tokens"))
     batch_key, accum_key = BATCH_KEYS.get(name, ("", ""))
     if batch_key:
@@ -374,7 +380,7 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---- the dry run (SPEC §3.2) -------------------------------------------------------------------
-def _plan_corpus(ctx: StageContext, spec: dict[str, Any]) -> str:
+def _plan_corpus(ctx: StageContext, spec: dict[str, Any]) -> tuple[str, int]:
     """Read and validate every source as the real build would, without writing the corpus;
     the manifest it would write goes to `corpus.plan.json`."""
     try:
@@ -390,13 +396,13 @@ def _plan_corpus(ctx: StageContext, spec: dict[str, Any]) -> str:
         f"{c.get('rows_invalid', 0)} invalid, {c.get('duplicates', 0)} duplicates; "
         f"train/val/anchor/critic {c.get('train', 0)}/{c.get('val', 0)}/{c.get('anchor', 0)}/"
         f"{c.get('critic', 0)}; corpus_hash {result.corpus_hash[:12]} (see {CORPUS_PLAN})"
-    )
+    ), int(c.get("train", 0))
 
 
 def plan(ctx: StageContext, spec: dict[str, Any]) -> dict[str, str]:
     """Resolve and validate everything, write the resolved config, train nothing."""
     materialize_bench_data(spec, ctx.settings.data_dir)
-    corpus_note = _plan_corpus(ctx, spec)
+    corpus_note, train_rows = _plan_corpus(ctx, spec)
     trainer = spec["trainer"]
     resolved = {
         "run_id": ctx.run_id,
@@ -412,9 +418,21 @@ def plan(ctx: StageContext, spec: dict[str, Any]) -> dict[str, str]:
     return {
         "prepare_corpus": corpus_note,
         "prepare_config": f"resolved config written to {TRAINER_CONFIG}",
-        "launch_trainer": f"would train a {trainer} model",
+        "launch_trainer": f"would train a {trainer} model{_planned_steps(ctx, spec, train_rows)}",
         "evaluate": "would score train and anchor splits",
     }
+
+
+def _planned_steps(ctx: StageContext, spec: dict[str, Any], rows: int) -> str:
+    """The dry run's step count (the memory estimate needs the written corpus: the real run
+    notes it on launch_trainer's manifest before training)."""
+    planned = footprint.planned_steps(spec["trainer"], spec[spec["trainer"]], rows)
+    if planned is None:
+        return "; steps and memory are estimated before training"
+    steps, formula = planned
+    over = ctx.settings.max_steps
+    verdict = f", OVER this server's limit of {over} (TRM_MAX_STEPS)" if steps > over else ""
+    return f": {steps} steps ({formula}){verdict}; memory is estimated before training"
 
 
 STAGES = (
