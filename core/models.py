@@ -61,6 +61,9 @@ class Run(SQLModel, table=True):
     worker_id: str | None = Field(default=None, max_length=200)
     # Fencing token: bumped on every claim; a worker whose token is stale must stop writing.
     lease_token: int = 0
+    # The lease holder's upload credential (app/routes/uploads.py): a random key replaced on every
+    # claim, so only the worker running this attempt can upload. No API answer carries it.
+    upload_key: str | None = Field(default=None, max_length=64)
     heartbeat_at: datetime | None = _time_column()
     cancel_requested: bool = False
 

@@ -15,6 +15,9 @@ The layout, by kind (SPEC §3.2):
     scorecard.json  samples.jsonl                             train, bench
     bench.resolved.json                                       bench
     plan.json  hillclimb_ledger.jsonl  search_summary.json  candidates/<id>/  best/   hillclimb
+
+Which stage writes which of them is `STAGE_OUTPUTS` below: the uploads route accepts a file from a
+worker only as an output of the run's current stage.
 """
 
 from __future__ import annotations
@@ -81,6 +84,54 @@ MESSAGES = "messages.jsonl"
 MESSAGES_VAL = "messages_val.jsonl"
 
 CHUNK = 1 << 20
+
+# Uploads (app/routes/uploads.py, sent by worker/artifact_sync.py). What each stage of each kind
+# writes in the run directory besides its own folder `<stage>/` (its manifest, child.log, files):
+# the only paths the lease holder may upload while that stage is the run's current one. A name
+# ending in "/" is that folder and everything under it.
+STAGE_OUTPUTS: dict[str, dict[str, tuple[str, ...]]] = {
+    "selftest": {"prepare": (), "loop": ()},
+    "train": {
+        "prepare_corpus": (f"{CORPUS}/",),
+        "prepare_config": (TRAINER_CONFIG,),
+        "launch_trainer": (f"{TRAINER}/",),
+        "evaluate": (SCORECARD, SAMPLES),
+    },
+    "bench": {"resolve": (BENCH_RESOLVED,), "evaluate": (SCORECARD, SAMPLES)},
+    "hillclimb": {
+        "plan": (SEARCH_PLAN,),
+        "search": (LEDGER, f"{CANDIDATES}/"),
+        "finalize": (f"{CANDIDATES}/", f"{BEST}/", SEARCH_SUMMARY),
+    },
+}
+# A dry run writes every stage's (planned) manifest and its kind's plan files instead.
+DRY_RUN_OUTPUTS: dict[str, tuple[str, ...]] = {
+    "selftest": (SPEC_RESOLVED,),
+    "train": (CORPUS_PLAN, TRAINER_CONFIG),
+    "bench": (BENCH_RESOLVED,),
+    "hillclimb": (SEARCH_PLAN,),
+}
+# The runner's own record of an attempt, sent as the attempt ends (before its terminal status).
+ATTEMPT_OUTPUTS = (SUMMARY,)
+# Each host writes these for itself; no upload ever replaces them (nor any dot-file).
+HOST_ONLY = frozenset({EVENTS, SNAPSHOT})
+# The lease holder's credential, sent with each upload: its random key and its fencing token.
+UPLOAD_KEY_HEADER = "X-Upload-Key"
+LEASE_TOKEN_HEADER = "X-Lease-Token"
+
+
+def stage_outputs(kind: str, stage: str) -> tuple[str, ...]:
+    """The run-dir paths stage `stage` of a `kind` run writes: its folder, then the table's."""
+    return (f"{stage}/", *STAGE_OUTPUTS.get(kind, {}).get(stage, ()))
+
+
+def dry_run_outputs(kind: str) -> tuple[str, ...]:
+    return (*(f"{s}/" for s in STAGE_OUTPUTS.get(kind, {})), *DRY_RUN_OUTPUTS.get(kind, ()))
+
+
+def is_output(rel: str, outputs: tuple[str, ...]) -> bool:
+    """`rel` (a normalized relative path) is one of `outputs` or lies in one of its folders."""
+    return any(rel.startswith(o) if o.endswith("/") else rel == o for o in outputs)
 
 
 def stage_dir(run_dir: Path, stage: str) -> Path:

@@ -69,6 +69,12 @@ class Settings(BaseSettings):
     # Workers on other hosts (worker/artifact_sync.py): where each stage's files go, `http://api:8000`
     # or `file:///shared/runs`; unset when RUNS_DIR is shared (or one box).
     artifact_upload_url: str | None = None
+    # On the API host (app/routes/uploads.py): the largest file one upload may carry, and the most
+    # a run directory may hold; /readyz is not ready while RUNS_DIR or the database's disk has
+    # less than min_free_bytes free.
+    max_upload_bytes: int = Field(default=2 * 1024**3, ge=1)
+    run_dir_quota_bytes: int = Field(default=20 * 1024**3, ge=1)
+    min_free_bytes: int = Field(default=512 * 1024**2, ge=0)
 
     # FastAPI's built-in OpenTelemetry middleware: off unless asked for, since with no provider
     # configured it still costs a third of an SSE connection's set-up (an environment lookup per

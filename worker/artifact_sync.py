@@ -3,13 +3,17 @@ to the API host, so `GET /runs/{id}/artifacts` works whichever host trained (SPE
 
 Off unless `TRM_ARTIFACT_UPLOAD_URL` is set (one box, or a RUNS_DIR shared over NFS, needs none):
 - `http://api-host:8000` (or https): each changed file is PUT to `/runs/{id}/artifacts/{path}`
-  with its sha256 (app/routes/uploads.py), with `TRM_API_TOKEN` as the bearer token;
+  with its sha256 (app/routes/uploads.py), with `TRM_API_TOKEN` as the bearer token and the
+  attempt's upload credential (the run's upload key and lease token, from the claim): the API
+  takes a file only from the lease holder, and only an output of the run's current stage, so the
+  runner syncs each stage's outputs (`core.rundir.stage_outputs`) right after the stage ends and
+  summary.json before the run's terminal status;
 - `file:///mnt/trm-runs`: each changed file is copied under `<that folder>/<run id>/`, atomically
   (a shared folder or a mounted object store bucket that the API host uses as its RUNS_DIR).
 
 Only files changed since the last sync of the run are sent (size, mtime and sha256 are kept in
-`<run dir>/.artifact-sync.json`). A failed upload never fails the run: the files stay on the
-worker, the failure is logged and recorded as a `log` event, and the next stage's sync retries.
+`<run dir>/.artifact-sync.json`). A failed upload never fails the run: it is tried 3 times, then
+the file stays on the worker and the failure is logged and recorded as a `log` event.
 """
 
 from __future__ import annotations
@@ -27,16 +31,32 @@ from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
-from core.rundir import ARTIFACT_SYNC_STATE, CHUNK, EVENTS, atomic_file, sha256_file
+from core.rundir import (
+    ARTIFACT_SYNC_STATE,
+    CHUNK,
+    HOST_ONLY,
+    LEASE_TOKEN_HEADER,
+    UPLOAD_KEY_HEADER,
+    atomic_file,
+    sha256_file,
+)
 from core.settings import Settings
 
 log = logging.getLogger("trm.worker")
 
-# Written by the publisher on every host that publishes; the API host keeps its own copy.
-LOCAL_ONLY = frozenset({EVENTS})
+# Each host writes these for itself (the API host its own events.jsonl); the API refuses them.
+LOCAL_ONLY = HOST_ONLY
 ATTEMPTS = 3
 BACKOFF_S = 0.5
 TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class UploadPass:
+    """An attempt's upload credential: the run's upload key and lease token from the claim."""
+
+    lease_token: int
+    key: str
 
 
 @dataclass
@@ -62,6 +82,7 @@ def sync_stage(
     run_dir: Path,
     paths: list[Path] | None = None,
     publisher: Any = None,
+    credential: UploadPass | None = None,
 ) -> SyncResult:
     """Send the files under `paths` (files or folders; relative ones are inside `run_dir`; None
     means the whole run directory) that changed since the last sync. Never raises for a transfer:
@@ -72,7 +93,11 @@ def sync_stage(
         return result
     state_path = run_dir / ARTIFACT_SYNC_STATE
     state = _load_state(state_path)
-    sender = _HttpSender(target, settings) if target.startswith("http") else _FolderSender(target)
+    sender = (
+        _HttpSender(target, settings, credential)
+        if target.startswith("http")
+        else _FolderSender(target)
+    )
     try:
         for file in _files(run_dir, paths):
             rel = file.relative_to(run_dir).as_posix()
@@ -138,10 +163,15 @@ def _save_state(path: Path, state: dict[str, list[Any]]) -> None:
 
 
 class _HttpSender:
-    def __init__(self, base_url: str, settings: Settings) -> None:
+    def __init__(
+        self, base_url: str, settings: Settings, credential: UploadPass | None = None
+    ) -> None:
         headers = {"User-Agent": "trm-worker-artifact-sync/1"}
         if settings.api_token is not None:
             headers["Authorization"] = f"Bearer {settings.api_token.get_secret_value()}"
+        if credential is not None:
+            headers[UPLOAD_KEY_HEADER] = credential.key
+            headers[LEASE_TOKEN_HEADER] = str(credential.lease_token)
         self.base_url = base_url
         self.client = httpx.Client(timeout=TIMEOUT_S, headers=headers)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import threading
 import time
 from dataclasses import dataclass
@@ -23,10 +24,17 @@ from core.card import Card, measure_ram, write_snapshot
 from core.db import retrying
 from core.events import Publisher
 from core.models import Run, Stage, utcnow
-from core.rundir import MANIFEST, SNAPSHOT, SUMMARY, write_json_atomic
+from core.rundir import (
+    MANIFEST,
+    SNAPSHOT,
+    SUMMARY,
+    dry_run_outputs,
+    stage_outputs,
+    write_json_atomic,
+)
 from core.runstate import set_status
 from core.settings import Settings
-from worker.artifact_sync import sync_stage
+from worker.artifact_sync import UploadPass, sync_stage, upload_url
 from worker.child import ChildStage, run_stage
 from worker.context import FENCED, StageContext, StageFailure
 from worker.kinds import KINDS, StageDef
@@ -98,6 +106,7 @@ class Runner:
                 "running",
                 worker_id=self.worker_id,
                 lease_token=run.lease_token + 1,
+                upload_key=secrets.token_urlsafe(32),  # a new attempt fences the old one's uploads
                 heartbeat_at=utcnow(),
                 attempts=[*(run.attempts or []), record],
             )
@@ -173,7 +182,8 @@ class Runner:
             if lease.lost.is_set() or outcome.get("stop_reason") == FENCED:
                 return Ending("lost")  # the run dir is the new attempt's: no manifest, no sync
             stage_ending = self._record_outcome(recorder, manifest, position, ctx, outcome)
-            sync_stage(self.settings, run.id, ctx.run_dir, None, publisher=self.publisher)
+            # Still the run's latest stage: the API takes exactly its outputs now.
+            self._sync(run, stage_outputs(run.kind, stage.name))
             if stage_ending is not None and ending is None:
                 ending = stage_ending
             percent += span
@@ -285,8 +295,7 @@ class Runner:
             return Ending("failed", exc.failure_class, f"dry run: {exc.reason}")
         for position, stage in enumerate(kind.stages):
             recorder.mark(stage.name, position, "planned", plans.get(stage.name))
-        run_dir = self.settings.run_dir(run.id)
-        sync_stage(self.settings, run.id, run_dir, None, publisher=self.publisher)
+        self._sync(run, dry_run_outputs(run.kind))
         return Ending("completed")
 
     # -- finish --------------------------------------------------------------------------------
@@ -313,6 +322,10 @@ class Runner:
                 fields.update(failure_class="internal", failure_reason=ending.reason)
                 if attempts:
                     attempts[-1]["outcome"] = "failed"
+        # Uploads close with the terminal status: what the API host needs goes first.
+        if upload_url(self.settings):
+            skipped = [f"{s}/{MANIFEST}" for s in self._skipped_stages(run)]
+            self._sync(run, (SUMMARY, *skipped))
 
         def record_end() -> Card:
             with self.publisher.transaction() as tx:
@@ -339,7 +352,29 @@ class Runner:
             write_snapshot(card, run_dir)
         except OSError as exc:
             log.warning("run %s: %s not written: %s", run.id, SNAPSHOT, exc)
-        sync_stage(self.settings, run.id, run_dir, None, publisher=self.publisher)
+
+    def _sync(self, run: Run, paths: tuple[str, ...]) -> None:
+        """Send `paths` (files or folders in the run directory) to the API host, if it is
+        another host, under this attempt's upload credential."""
+        credential = UploadPass(run.lease_token, run.upload_key or "")
+        run_dir = self.settings.run_dir(run.id)
+        files = [Path(p) for p in paths]
+        sync_stage(self.settings, run.id, run_dir, files, self.publisher, credential)
+
+    def _skipped_stages(self, run: Run) -> list[str]:
+        try:
+            with self.publisher.transaction() as tx:
+                rows = tx.session.exec(
+                    select(Stage.name).where(
+                        Stage.run_id == run.id,
+                        Stage.attempt == run.attempt,
+                        Stage.status == "skipped",
+                    )
+                ).all()
+        except Exception as exc:  # their manifests stay in the database (GET /runs/{id})
+            log.warning("run %s: skipped stages not listed for upload: %s", run.id, exc)
+            return []
+        return list(rows)
 
     def _summary(self, run: Run, ending: Ending, usage: Usage) -> dict[str, Any]:
         with self.publisher.transaction() as tx:

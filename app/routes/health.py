@@ -1,8 +1,10 @@
-"""/healthz (the process answers), /readyz (database, Redis, live workers), /metrics."""
+"""/healthz (the process answers), /readyz (database, Redis, live workers, free disk), /metrics."""
 
 from __future__ import annotations
 
+import shutil
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated, Any
 
 import psutil
@@ -10,12 +12,14 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Depends
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse
+from sqlalchemy.engine import make_url
 from sqlmodel import Session, col, func, select
 
 from app.deps import AppState, require_token, state
 from core.db import check_migrated
 from core.models import RUN_STATUSES, Run, WorkerRecord, utcnow
 from core.queue import QUEUES
+from core.settings import Settings
 
 router = APIRouter(tags=["health"])
 
@@ -37,6 +41,36 @@ def _database(app: AppState) -> dict[str, Any]:
     return {"ok": True, "workers_alive": int(workers)}
 
 
+def _free(path: Path, floor: int) -> dict[str, Any]:
+    """Free bytes of the disk holding `path` (its nearest existing folder)."""
+    probe = path.resolve()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError as exc:
+        return {"path": str(path), "ok": False, "error": str(exc)}
+    return {"path": str(path), "free_bytes": free, "ok": free >= floor}
+
+
+def disk_space(settings: Settings) -> dict[str, Any]:
+    """RUNS_DIR's disk and the database's: a SQLite file's folder; a server's disk is not
+    visible from here, so it is reported as not measured (and does not count against ready)."""
+    floor = settings.min_free_bytes
+    url = make_url(settings.database_url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        database = _free(Path(url.database).parent, floor)
+    else:
+        database = {"path": None, "free_bytes": "n/a", "ok": True}
+    runs_dir = _free(settings.runs_dir, floor)
+    return {
+        "ok": runs_dir["ok"] and database["ok"],
+        "min_free_bytes": floor,
+        "runs_dir": runs_dir,
+        "database": database,
+    }
+
+
 @router.get("/readyz", dependencies=[Depends(require_token)])
 async def readyz(app: Annotated[AppState, Depends(state)]) -> JSONResponse:
     checks: dict[str, Any] = {}
@@ -53,7 +87,8 @@ async def readyz(app: Annotated[AppState, Depends(state)]) -> JSONResponse:
         checks["redis"] = {"ok": True, "live_fanout": app.hub.connected}
     except Exception as exc:
         checks["redis"] = {"ok": False, "error": str(exc)}
-    ready = checks["database"]["ok"] and checks["redis"]["ok"]
+    checks["disk"] = await run_in_threadpool(disk_space, app.settings)
+    ready = checks["database"]["ok"] and checks["redis"]["ok"] and checks["disk"]["ok"]
     return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
 

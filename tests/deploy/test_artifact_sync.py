@@ -15,8 +15,8 @@ import uvicorn
 
 from app.main import create_app
 from core.rundir import ARTIFACT_SYNC_STATE
-from core.runs import submit_run
 from core.settings import Settings
+from tests.claims import claim, headers, queued_run
 from tests.conftest import Service, free_port, wait_for
 from worker.artifact_sync import sync_stage
 
@@ -53,15 +53,6 @@ def _up(url: str) -> bool:
         return False
 
 
-def _run_id(settings: Settings) -> str:
-    from core.db import get_engine
-    from core.events import Publisher
-
-    publisher = Publisher(get_engine(settings), None, settings)
-    run, _ = submit_run(publisher, settings, {"kind": "selftest", "steps": 1}, None, queue=False)
-    return run.id
-
-
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -69,28 +60,32 @@ def _sha(data: bytes) -> str:
 def test_upload_lands_in_the_api_runs_dir_only_when_the_checksum_matches(
     api: str, migrated: Settings
 ) -> None:
-    run_id = _run_id(migrated)
-    url = f"{api}/runs/{run_id}/artifacts/trainer/model.bin"
+    run_id = queued_run(migrated)
+    credential = claim(migrated, run_id, "loop")
+    url = f"{api}/runs/{run_id}/artifacts/loop/model.bin"
     body = b"weights" * 1000
-    bad = httpx.put(url, content=body, headers={SHA: _sha(b"other")})
+    bad = httpx.put(url, content=body, headers=headers(credential, _sha(b"other")))
     assert bad.status_code == 422 and bad.json()["error"]["code"] == "checksum_mismatch"
-    assert not (migrated.run_dir(run_id) / "trainer" / "model.bin").exists()
+    assert not (migrated.run_dir(run_id) / "loop" / "model.bin").exists()
     assert not list(migrated.run_dir(run_id).rglob("*.tmp"))
 
-    good = httpx.put(url, content=body, headers={SHA: _sha(body)})
+    good = httpx.put(url, content=body, headers=headers(credential, _sha(body)))
     assert good.status_code == 201, good.text
-    assert (migrated.run_dir(run_id) / "trainer" / "model.bin").read_bytes() == body
+    assert (migrated.run_dir(run_id) / "loop" / "model.bin").read_bytes() == body
     listed = httpx.get(f"{api}/runs/{run_id}/artifacts").json()["artifacts"]
-    assert {"path": "trainer/model.bin", "bytes": len(body)} in listed
+    assert {"path": "loop/model.bin", "bytes": len(body)} in listed
 
 
 @pytest.mark.parametrize("path", ["../escape.txt", "a/../../escape.txt", ".hidden", "events.jsonl"])
 def test_upload_never_writes_outside_the_run_dir_or_over_its_own_files(
     api: str, migrated: Settings, path: str
 ) -> None:
-    run_id = _run_id(migrated)
+    run_id = queued_run(migrated)
+    credential = claim(migrated, run_id, "loop")  # the lease holder: only the path is wrong
     response = httpx.put(
-        f"{api}/runs/{run_id}/artifacts/{path}", content=b"x", headers={SHA: _sha(b"x")}
+        f"{api}/runs/{run_id}/artifacts/{path}",
+        content=b"x",
+        headers=headers(credential, _sha(b"x")),
     )
     assert response.status_code in (400, 404, 409), response.text
     assert not (migrated.runs_dir / "escape.txt").exists()
@@ -108,21 +103,21 @@ def test_upload_to_an_unknown_run_is_404(api: str) -> None:
 def test_sync_sends_changed_files_once_and_keeps_local_only_ones(
     api: str, migrated: Settings, tmp_path: Path
 ) -> None:
-    run_id = _run_id(migrated)
+    run_id = queued_run(migrated)
     worker_dir = tmp_path / "worker-runs" / run_id
-    (worker_dir / "prepare").mkdir(parents=True)
+    credential = claim(migrated, run_id, "prepare", run_dir=worker_dir)
     (worker_dir / "prepare" / "manifest.json").write_text('{"status": "completed"}')
     (worker_dir / "events.jsonl").write_text("{}\n")
     (worker_dir / ".checkpoint.tmp").write_text("x")
     worker_settings = migrated.model_copy(update={"artifact_upload_url": api})
 
-    first = sync_stage(worker_settings, run_id, worker_dir)
+    first = sync_stage(worker_settings, run_id, worker_dir, credential=credential)
     assert first.ok and first.uploaded == ["prepare/manifest.json"]
-    again = sync_stage(worker_settings, run_id, worker_dir)
+    again = sync_stage(worker_settings, run_id, worker_dir, credential=credential)
     assert again.uploaded == [] and again.unchanged == 1
     time.sleep(0.01)
     (worker_dir / "summary.json").write_text('{"status": "completed"}')
-    third = sync_stage(worker_settings, run_id, worker_dir)
+    third = sync_stage(worker_settings, run_id, worker_dir, credential=credential)
     assert third.uploaded == ["summary.json"]
 
     api_dir = migrated.run_dir(run_id)

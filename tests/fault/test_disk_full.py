@@ -24,7 +24,8 @@ def runs_disk(tmp_path: Path) -> Iterator[Tmpfs]:
 
 @pytest.fixture
 def env(env: dict[str, str], runs_disk: Tmpfs) -> dict[str, str]:
-    return {**env, "TRM_RUNS_DIR": str(runs_disk.path)}
+    # A floor this small disk can be above: /readyz goes not-ready only while it is full.
+    return {**env, "TRM_RUNS_DIR": str(runs_disk.path), "TRM_MIN_FREE_BYTES": str(1024 * 1024)}
 
 
 def step_of(service: Service, run_id: str) -> int:
@@ -43,9 +44,11 @@ def test_full_runs_disk_fails_the_run_as_internal_and_breaks_nothing_else(
     assert done["status"] == "failed", done
     assert done["failure_class"] == "internal", done
     assert "No space left on device" in done["failure_reason"], done["failure_reason"]
-    assert service.http.get("/readyz").status_code == 200
+    full = service.http.get("/readyz")  # it answers, and says why it is not ready
+    assert full.status_code == 503 and full.json()["checks"]["disk"]["runs_dir"]["ok"] is False
     assert worker.poll() is None, "the worker survived"
     filler.unlink()
+    assert service.http.get("/readyz").status_code == 200
     again = service.submit(loop_spec(3, 0.01))
     assert service.wait_status(again["id"], "completed", "failed", timeout=60)["status"] == (
         "completed"

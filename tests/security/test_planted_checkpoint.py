@@ -36,11 +36,16 @@ class Payload:
 
 
 def plant(service: Service, run_id: str, path: str, body: bytes) -> None:
+    """The upload route no longer takes it (tests/security/test_upload_lockdown.py); whatever
+    else could write into the run directory, the trainer must still not trust it."""
     sha = hashlib.sha256(body).hexdigest()
     response = service.http.put(
         f"/runs/{run_id}/artifacts/{path}", content=body, headers={"X-Content-SHA256": sha}
     )
-    assert response.status_code == 201, response.text
+    assert response.status_code == 403, response.text
+    target = service.settings.run_dir(run_id) / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(body)
 
 
 def test_a_planted_pickled_checkpoint_is_never_unpickled_or_resumed_from(
