@@ -9,9 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 # Seeds feed torch and numpy generators, and trm's data order takes `seed * 7919 + epoch`: a
 # seed near 2**63 overflowed there at run time. 31 bits are more seeds than anyone will try.
 Seed = Annotated[int, Field(ge=0, le=2**31 - 1)]
-# The upper bound of every count a spec may ask for that has no tighter one: the step and
-# candidate limits of the settings (TRM_MAX_STEPS, TRM_MAX_CANDIDATES) are checked on top.
+# The upper bound of every count a spec may ask for that has no tighter one. Step counts and
+# candidates (`max_steps`, selftest `steps`, `max_candidates`) are bounded by the server's
+# TRM_MAX_STEPS / TRM_MAX_CANDIDATES instead, which an operator may raise (core/runs.py).
 MAX_COUNT = 10_000_000
+STEPS_LIMIT = "at most the server's TRM_MAX_STEPS (checked at submit)"
 
 
 class StrictModel(BaseModel):

@@ -110,7 +110,9 @@ class HillclimbSpec(CommonSpec):
     knobs: KnobRanges = Field(default_factory=KnobRanges)
     trainer_knobs: TrainerKnobRanges = Field(default_factory=TrainerKnobRanges)
     patience: int = Field(default=3, ge=1, le=1000)
-    max_candidates: int = Field(default=12, ge=1, le=MAX_COUNT)
+    max_candidates: int = Field(
+        default=12, ge=1, description="at most the server's TRM_MAX_CANDIDATES (checked at submit)"
+    )
     parallelism: int = Field(default=1, ge=1, le=64)
     noise_margin: float = Field(default=0.01, ge=0, le=1)
     max_generalization_gap: float = Field(default=0.15, ge=0, le=1)

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter
 
 from core.schemas.bench import BenchSpec
-from core.schemas.common import MAX_COUNT, CommonSpec
+from core.schemas.common import MAX_COUNT, STEPS_LIMIT, CommonSpec
 from core.schemas.hillclimb import HillclimbSpec
 from core.schemas.train import TrainSpec
 
@@ -19,7 +19,7 @@ class SelftestSpec(CommonSpec):
     """Checks a worker end to end: a CPU loop in a child process that checkpoints and resumes."""
 
     kind: Literal["selftest"]
-    steps: int = Field(default=20, ge=1, le=MAX_COUNT)
+    steps: int = Field(default=20, ge=1, description=STEPS_LIMIT)
     step_seconds: float = Field(default=0.05, ge=0, le=60)
     checkpoint_every: int = Field(default=1, ge=1, le=MAX_COUNT)
     fail_at_step: int | None = Field(default=None, ge=1, le=MAX_COUNT)

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from core.schemas.common import MAX_COUNT, CommonSpec, Seed, StrictModel
+from core.schemas.common import MAX_COUNT, STEPS_LIMIT, CommonSpec, Seed, StrictModel
 from core.schemas.corpus import CorpusSpec
 
 
@@ -30,7 +30,7 @@ class TrmTrainerConfig(StrictModel):
     hidden: int = Field(default=64, ge=8, le=1024)
     epochs: int = Field(default=40, ge=1, le=1000)
     patience: int = Field(default=8, ge=1, le=1000)
-    max_steps: int | None = Field(default=None, ge=1, le=MAX_COUNT)
+    max_steps: int | None = Field(default=None, ge=1, description=STEPS_LIMIT)
     batch_size: int = Field(default=32, ge=1, le=4096)
     grad_accum: int = Field(default=1, ge=1, le=1024)
     lr: float = Field(default=2e-3, gt=0, lt=1)
@@ -70,7 +70,7 @@ class QloraTrainerConfig(StrictModel):
     grad_accum: int = Field(default=2, ge=1, le=1024)
     max_seq_len: int = Field(default=512, ge=16, le=32768)  # a route row renders to ~390 tokens
     epochs: int = Field(default=1, ge=1, le=100)
-    max_steps: int | None = Field(default=None, ge=1, le=MAX_COUNT)
+    max_steps: int | None = Field(default=None, ge=1, description=STEPS_LIMIT)
     eval_every: int = Field(default=50, ge=1, le=MAX_COUNT)
     checkpoint_every: int = Field(default=50, ge=1, le=MAX_COUNT)
     packing: bool = True
