@@ -125,7 +125,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         telemetry={"tracing": settings.otel, "metrics": settings.otel, "logs": settings.otel},
     )
     install_handlers(app)
-    auth = [Depends(require_token)]
+    auth = [Depends(require_token), Depends(runs.refuse_unstorable_request)]
     for module in (runs, events, artifacts, uploads, benches, workers):
         app.include_router(module.router, dependencies=auth)
     app.include_router(health.router)

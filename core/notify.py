@@ -2,7 +2,12 @@
 names, signed, retried with backoff, and every attempt recorded as a `log` event of the run.
 
 Who may be called: loopback always; any other host only when it is on `TRM_NOTIFY_ALLOW` (a
-comma-separated list of host names or IPs; `*.example.com` allows the subdomains). The body is
+comma-separated list of host names or IPs; `*.example.com` allows the subdomains). No name is
+trusted as loopback by its spelling (`localhost.localdomain` may resolve anywhere): a host is
+resolved, every address it resolves to is checked, and the request goes to the checked address
+(the Host header and TLS server name stay the URL's), so a second lookup cannot send it elsewhere.
+Link-local, multicast and unspecified addresses (a cloud's metadata service) are never called
+unless that very IP is listed. The body is
 signed with HMAC-SHA256 under `TRM_NOTIFY_SECRET`: the receiver recomputes
 `sha256=<hex hmac of the raw body>` and compares it with the `X-TRM-Signature` header.
 
@@ -19,6 +24,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -39,7 +45,7 @@ SIGNATURE_HEADER = "X-TRM-Signature"
 USER_AGENT = "trm-trainer-webhook/1"
 # Worth another try: the receiver may come back. Other 4xx answers are final.
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
-LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+Resolver = Callable[[str, int], list[str]]
 
 
 @dataclass(frozen=True)
@@ -77,22 +83,53 @@ def verify(secret: str, body: bytes, header: str | None) -> bool:
     return header is not None and hmac.compare_digest(sign(secret, body), header)
 
 
-def is_loopback(host: str) -> bool:
-    host = host.strip("[]").lower()
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+def resolve_host(host: str, port: int) -> list[str]:
+    """The addresses `host` resolves to, in the resolver's order (an IP gives itself)."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-def url_refusal(url: str, allow: tuple[str, ...]) -> str | None:
-    """Why `url` may not be called (None: it may). Checked at submit time and again at delivery."""
+def _listed(host: str, allow: tuple[str, ...]) -> bool:
+    return any(
+        host == entry or (entry.startswith("*.") and host.endswith(entry[1:])) for entry in allow
+    )
+
+
+def _address_refusal(host: str, address: str, allow: tuple[str, ...]) -> str | None:
+    ip = ipaddress.ip_address(address.split("%")[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_loopback or str(ip) in allow:
+        return None
+    if not _listed(host, allow):
+        return _not_allowed(host, allow)  # never what it resolves to: no DNS oracle
+    if ip.is_link_local or ip.is_multicast or ip.is_unspecified:
+        return f"host {host!r} resolves to a link-local, multicast or unspecified address"
+    return None
+
+
+def _not_allowed(host: str, allow: tuple[str, ...]) -> str:
+    listed = ", ".join(allow) or "nothing"
+    return (
+        f"host {host!r} is not allowed: only loopback and TRM_NOTIFY_ALLOW hosts ({listed}) "
+        "are called"
+    )
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a checked URL is called: `url` names the address, `host` is the URL's own."""
+
+    url: str
+    host: str
+    tls_name: str | None
+
+
+def _parse(url: str) -> tuple[Any, str, int] | str:
     try:
         parts = urlsplit(url)
         host = (parts.hostname or "").lower()
-        parts.port  # noqa: B018 - raises on a bad port
+        port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as exc:
         return f"{url!r} is not a valid URL ({exc})"
     if parts.scheme not in ("http", "https"):
@@ -101,16 +138,46 @@ def url_refusal(url: str, allow: tuple[str, ...]) -> str | None:
         return f"{url!r} names no host"
     if parts.username or parts.password:
         return f"{url!r}: credentials in the URL are refused (the body is signed instead)"
-    if is_loopback(host):
+    return parts, host, port
+
+
+def pin(url: str, allow: tuple[str, ...], resolve: Resolver = resolve_host) -> Target | str:
+    """The checked address to call for `url`, or why it may not be called."""
+    parsed = _parse(url)
+    if isinstance(parsed, str):
+        return parsed
+    parts, host, port = parsed
+    try:
+        addresses = resolve(host, port)
+    except (OSError, UnicodeError):
+        addresses = []
+    if not addresses:
+        if _listed(host, allow):
+            return f"host {host!r} does not resolve"
+        return _not_allowed(host, allow)
+    for address in addresses:
+        refusal = _address_refusal(host, address, allow)
+        if refusal:
+            return refusal
+    address = addresses[0].split("%")[0]
+    netloc = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+    pinned = parts._replace(netloc=netloc).geturl()
+    host_header = parts.netloc.rpartition("@")[2]
+    return Target(pinned, host_header, host if parts.scheme == "https" else None)
+
+
+def url_refusal(url: str, allow: tuple[str, ...], resolve: Resolver = resolve_host) -> str | None:
+    """Why `url` may not be called (None: it may). Checked at submit time and again, resolved
+    and pinned, at delivery. At submit time a listed name is not looked up (its DNS may not be
+    up yet); any other name must resolve to loopback only."""
+    parsed = _parse(url)
+    if isinstance(parsed, str):
+        return parsed
+    _, host, _ = parsed
+    if _listed(host, allow):
         return None
-    for entry in allow:
-        if host == entry or (entry.startswith("*.") and host.endswith(entry[1:])):
-            return None
-    listed = ", ".join(allow) or "nothing"
-    return (
-        f"host {host!r} is not allowed: only loopback and TRM_NOTIFY_ALLOW hosts ({listed}) "
-        "are called"
-    )
+    found = pin(url, allow, resolve)
+    return found if isinstance(found, str) else None
 
 
 def check_notify_url(url: str, settings: Settings) -> str | None:
@@ -151,12 +218,14 @@ def deliver(
     payload: dict[str, Any],
     config: NotifyConfig,
     sleep: Callable[[float], None] = time.sleep,
+    resolve: Resolver = resolve_host,
 ) -> bool:
     """POST `payload` to `url` until it is accepted (2xx) or the attempts run out; each attempt
-    becomes a `log` event. True when delivered."""
-    refusal = url_refusal(url, config.allow)
-    if refusal is not None:
-        _record(publisher, run_id, url, 0, False, config, error=f"refused: {refusal}")
+    becomes a `log` event. True when delivered. Each attempt resolves and checks the host again
+    and connects to the address it checked."""
+    target = pin(url, config.allow, resolve)
+    if isinstance(target, str):
+        _record(publisher, run_id, url, 0, False, config, error=f"refused: {target}")
         return False
     body = json.dumps(payload, separators=(",", ":"), sort_keys=True, default=str).encode()
     headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
@@ -168,8 +237,17 @@ def deliver(
         for attempt in range(1, config.attempts + 1):
             delay = config.backoff_s * 2 ** (attempt - 1) if attempt < config.attempts else None
             headers["X-TRM-Delivery-Attempt"] = str(attempt)
+            if attempt > 1:
+                target = pin(url, config.allow, resolve)
+                if isinstance(target, str):
+                    _record(publisher, run_id, url, attempt, False, config, error=target)
+                    return False
+            headers["Host"] = target.host
+            extensions = {"sni_hostname": target.tls_name} if target.tls_name else {}
             try:
-                response = client.post(url, content=body, headers=headers)
+                response = client.post(
+                    target.url, content=body, headers=headers, extensions=extensions
+                )
             except httpx.HTTPError as exc:
                 _record(publisher, run_id, url, attempt, False, config, delay, error=repr(exc))
             else:

@@ -25,11 +25,35 @@ from core.notify import check_notify_url
 from core.paths import resolve_api_paths
 from core.queue import enqueue_many
 from core.runstate import set_status
-from core.schemas.specs import RUN_SPEC, SPEC_MODELS, queue_for, step_limits
+from core.schemas.specs import SPEC_MODELS, queue_for, step_limits
+from core.schemas.strings import refuse_unstorable, string_problem
 from core.settings import Settings
 
 log = logging.getLogger("trm.runs")
+# The database is not answering: no run of a batch can be written, each sender gets the 503.
+DATABASE_AWAY = (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError)
 Outcome = tuple[Run, bool] | Exception
+
+
+# The service's own idempotency keys (a search's candidates) start with this; a client's may
+# not, so a client can never take (or replay) a key a search will ask for.
+INTERNAL_KEY_PREFIX = "trm-internal/"
+
+
+def candidate_key(search_id: str, candidate_id: str) -> str:
+    return f"{INTERNAL_KEY_PREFIX}{search_id}:{candidate_id}"
+
+
+def check_client_key(idempotency_key: str | None) -> None:
+    """A 422 when a client's Idempotency-Key is in the service's own namespace."""
+    if idempotency_key and idempotency_key.startswith(INTERNAL_KEY_PREFIX):
+        message = f"keys starting with {INTERNAL_KEY_PREFIX!r} are reserved for the service"
+        raise ApiError(
+            422,
+            "validation_error",
+            f"Idempotency-Key: {message}",
+            [{"field": "Idempotency-Key", "message": message}],
+        )
 
 
 def body_hash(body: Any) -> str:
@@ -55,8 +79,11 @@ def validate_spec(body: Any, settings: Settings) -> Any:
             f"kind: must be one of {allowed} (got {kind!r})",
             [{"field": "kind", "message": f"must be one of {allowed}"}],
         )
+    refuse_unstorable(body)
     try:
-        spec = RUN_SPEC.validate_python(body)
+        # The kind's own model: the union's tag would lead every error's field path, and
+        # `bench.router` reads as the bench spec's `bench` field.
+        spec: Any = SPEC_MODELS[kind].model_validate(body)
     except ValidationError as exc:
         raise validation_error(list(exc.errors()), body=body) from None
     limits = [(f, n, settings.max_steps) for f, n in step_limits(spec) if n is not None]
@@ -96,6 +123,13 @@ def prepare_run(
             "Idempotency-Key: must not be empty",
             [{"field": "Idempotency-Key", "message": "must not be empty"}],
         )
+    if idempotency_key is not None and (problem := string_problem(idempotency_key)):
+        raise ApiError(
+            422,
+            "validation_error",
+            f"Idempotency-Key: {problem}",
+            [{"field": "Idempotency-Key", "message": problem}],
+        )
     spec = validate_spec(body, settings)
     resolved = spec.model_dump(mode="json")
     resolve_api_paths(resolved, settings.data_dir, settings.model_cache)
@@ -116,8 +150,9 @@ def record_runs(publisher: Publisher, arrivals: list[Run]) -> list[Outcome]:
     """Record new runs in one transaction (the API's group commit; the launcher passes one).
 
     Per run, in order: (run, created), or its own error (the 409 of a key reused with another
-    body). Same key and same body give the same run, within the batch too. Errors that are not
-    one run's own (the database is down) are raised for the whole batch."""
+    body). Same key and same body give the same run, within the batch too. When the batch's
+    insert fails, each run is recorded alone, so only a run the database refused fails (its
+    sender gets its error); only the database being away is raised for the whole batch."""
     keys = {run.idempotency_key for run in arrivals if run.idempotency_key}
     known = _by_keys(publisher, keys) if keys else {}
     results: list[Outcome] = []
@@ -136,24 +171,43 @@ def record_runs(publisher: Publisher, arrivals: list[Run]) -> list[Outcome]:
     try:
         with publisher.transaction() as tx:
             tx.add_runs([(run, _first_event(run)) for run in fresh])
-    except sa.exc.IntegrityError:
-        if len(arrivals) == 1:
-            # Two requests with one key raced (another API process); the other one won.
-            existing = (
-                _by_keys(publisher, keys).get(arrivals[0].idempotency_key or "") if keys else None
-            )
-            if existing is None:
-                raise
-            return [_replay(existing, arrivals[0])]
-        # Somebody else's key in the batch: sort it out one run at a time.
-        return [_record_alone(publisher, run) for run in arrivals]
+    except DATABASE_AWAY:
+        raise
+    except Exception as exc:
+        if len(arrivals) > 1:
+            # One run the database refused (a value it cannot store, a key another API process
+            # took meanwhile) must not fail the others that arrived with it: one at a time.
+            return [_record_alone(publisher, run) for run in arrivals]
+        return [_refused_alone(publisher, arrivals[0], exc)]
     return results
+
+
+def _refused_alone(publisher: Publisher, run: Run, exc: Exception) -> Outcome:
+    """What a single run's failed insert means for its sender."""
+    if isinstance(exc, sa.exc.IntegrityError) and run.idempotency_key:
+        # Two requests with one key raced (another API process); the other one won.
+        existing = _by_keys(publisher, {run.idempotency_key}).get(run.idempotency_key)
+        if existing is not None:
+            return _replay(existing, run)
+    if isinstance(exc, sa.exc.DataError | UnicodeError | ValueError):
+        log.warning("run refused by the database: %s", exc)
+        message = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        return ApiError(
+            422,
+            "bad_input",
+            f"the database cannot store this run: {message}",
+            {"database_error": type(exc).__name__},
+        )
+    return exc
 
 
 def _record_alone(publisher: Publisher, run: Run) -> Outcome:
     try:
         return record_runs(publisher, [run])[0]
-    except sa.exc.IntegrityError as exc:  # its own conflict: the others are still recorded
+    except DATABASE_AWAY:
+        raise
+    except Exception as exc:  # its own failure: the others are still recorded
+        log.exception("run %s not recorded", run.id)
         return exc
 
 

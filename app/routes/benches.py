@@ -12,6 +12,7 @@ import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from app.deps import AppState, state
@@ -19,6 +20,7 @@ from app.routes.runs import accept_run, accepted, parse_json
 from core.benches.menu import bench_names, menu  # light: json only
 from core.benches.resolve import ResolveError, resolve_bench
 from core.errors import ApiError
+from core.runs import validate_spec
 from core.schemas.runs import ErrorOut
 
 log = logging.getLogger("trm.api")
@@ -57,9 +59,13 @@ async def start_bench(
     resolved = None
     if body.get("dry_run"):
         settings = app.settings
+        # Typed first: resolution reads the fields as the spec types them (a mistyped `router`
+        # was a 500 here), and a bad field gets the 422 POST /runs would give.
+        typed = await run_in_threadpool(validate_spec, body, settings)
+        spec = typed.model_dump(mode="json")
         try:
             resolved = resolve_bench(
-                body, settings.runs_dir, settings.data_dir, settings.model_cache
+                spec, settings.runs_dir, settings.data_dir, settings.model_cache
             )
         except ResolveError as exc:
             raise ApiError(422, exc.failure_class, exc.reason) from None

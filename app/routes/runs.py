@@ -16,6 +16,7 @@ from core import runs as run_ops
 from core.errors import ApiError
 from core.models import Run
 from core.schemas.runs import ErrorOut, LedgerOut, RunList, RunOut
+from core.schemas.strings import string_problem
 
 log = logging.getLogger("trm.api")
 router = APIRouter(
@@ -23,12 +24,31 @@ router = APIRouter(
     responses={401: {"model": ErrorOut}, 404: {"model": ErrorOut}, 422: {"model": ErrorOut}},
 )
 
+# Headers whose values reach the database: an idempotency key is stored, an event id looked up.
+STORED_HEADERS = ("Idempotency-Key", "Last-Event-ID")
 SPEC_BODY = {
     "requestBody": {
         "required": True,
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RunSpec"}}},
     }
 }
+
+
+async def refuse_unstorable_request(request: Request) -> None:
+    """A 422 naming the parameter when a path or query parameter, or a header the service
+    stores or looks up by, holds a value no database can take (a NUL): on Postgres such a value
+    in a lookup was a 500. Every token-guarded route runs this (app/main.py)."""
+    params = [
+        *((f"path.{k}", v) for k, v in request.path_params.items()),
+        *((f"query.{k}", v) for k, v in request.query_params.multi_items()),
+        *((h, request.headers[h]) for h in STORED_HEADERS if h in request.headers),
+    ]
+    for name, value in params:
+        problem = string_problem(name) or string_problem(str(value))
+        if problem:
+            raise ApiError(
+                422, "validation_error", f"{name}: {problem}", [{"field": name, "message": problem}]
+            )
 
 
 def parse_json(raw: bytes) -> Any:
@@ -50,6 +70,7 @@ async def accept_run(
 ) -> tuple[Run, bool]:
     """Record the run (validated, idempotent) and put it on its queue: the one way runs arrive.
     Concurrent submissions are recorded and queued together (app/intake.py)."""
+    run_ops.check_client_key(idempotency_key)
     return await app.intake.submit(body, idempotency_key, parent_id)
 
 

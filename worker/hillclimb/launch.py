@@ -18,7 +18,7 @@ from core.db import as_utc
 from core.errors import ApiError
 from core.events import Publisher
 from core.models import TERMINAL_STATUSES, Run, Stage
-from core.runs import cancel_run, submit_run
+from core.runs import cancel_run, candidate_key, submit_run
 from core.settings import Settings
 from worker.context import StageFailure
 from worker.hillclimb.decide import SCORES
@@ -94,7 +94,7 @@ class ServiceLauncher:
     def launch(self, candidate_id: str, body: dict[str, Any]) -> str:
         # Imported on use, like the API's validation they bring: every stage's child process
         # loads the kinds, and only the search launches.
-        key = f"{self.search_id}:{candidate_id}"
+        key = candidate_key(self.search_id, candidate_id)
         try:
             run, _ = submit_run(self.publisher, self.settings, body, key, parent_id=self.search_id)
         except ApiError as exc:

@@ -3,8 +3,9 @@ move along the ladder on a plateau, stop on a plateau after a move or at `max_ca
 
 It holds no state of its own: every step is recorded in the ledger first and then folded into
 the state (`decide.apply`), so `run_search` on a search interrupted at any point continues where
-it stood. A candidate's child run is created with the idempotency key `<search>:<candidate>`, so a
-candidate proposed before the interruption is found again, never created twice.
+it stood. A candidate's child run is created with the service's own idempotency key
+(`core.runs.candidate_key`, a namespace no client may use), so a candidate proposed before the
+interruption is found again, never created twice.
 """
 
 from __future__ import annotations
