@@ -95,6 +95,11 @@ def session_scope(engine: sa.Engine) -> Iterator[Session]:
             raise
 
 
+# What "the database is unreachable" raises (a cut connection, a refused connect): worth a retry,
+# and never a fault of the run that was being written.
+DATABASE_AWAY = (sa.exc.OperationalError, sa.exc.InterfaceError)
+
+
 def retrying(fn: Callable[[], T], for_s: float, what: str) -> T:
     """Run `fn` (one whole transaction) again while the database is unreachable, for up to
     `for_s` seconds. Workers use it for their writes; the API (for_s=0) answers 503 at once."""
@@ -102,7 +107,7 @@ def retrying(fn: Callable[[], T], for_s: float, what: str) -> T:
     while True:
         try:
             return fn()
-        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+        except DATABASE_AWAY as exc:
             if time.monotonic() + delay > deadline:
                 raise
             log.warning("%s: database unreachable (%s); retrying", what, type(exc).__name__)

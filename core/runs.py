@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from pydantic import ValidationError
 from sqlmodel import Session, col, select
 
+from core import db
 from core.errors import ApiError, validation_error
 from core.events import Publisher
 from core.models import RUN_STATUSES, LedgerEntry, Run, Stage
@@ -31,7 +32,7 @@ from core.settings import Settings
 
 log = logging.getLogger("trm.runs")
 # The database is not answering: no run of a batch can be written, each sender gets the 503.
-DATABASE_AWAY = (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError)
+DATABASE_AWAY = (*db.DATABASE_AWAY, sa.exc.TimeoutError)
 Outcome = tuple[Run, bool] | Exception
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.db import make_engine
+from core.db import DATABASE_AWAY, make_engine
 from core.events import Publisher
 from core.redisconn import sync_redis
 from core.rundir import CHILD_LOG, CHILD_OUTCOME, CHILD_PAYLOAD, write_json_atomic
@@ -55,6 +55,13 @@ def run_stage(fn: StageFn, ctx: StageContext) -> dict[str, Any]:
         outcome = {"ok": False, "failure_class": exc.failure_class, "reason": exc.reason}
     except MemoryError:
         outcome = {"ok": False, "failure_class": "oom", "reason": "out of memory (MemoryError)"}
+    except DATABASE_AWAY as exc:  # not the stage's fault: the runner interrupts the attempt
+        outcome = {
+            "ok": False,
+            "failure_class": "internal",
+            "reason": f"the database did not answer ({type(exc).__name__})",
+            "database_away": True,
+        }
     except Exception as exc:  # a bug in stage code: record it, never lose it
         outcome = {
             "ok": False,

@@ -21,7 +21,7 @@ from typing import Any
 from sqlmodel import col, select
 
 from core.card import Card, measure_ram, write_snapshot
-from core.db import retrying
+from core.db import DATABASE_AWAY, retrying
 from core.events import Publisher
 from core.models import Run, Stage, utcnow
 from core.rundir import (
@@ -75,6 +75,9 @@ class Runner:
         usage = Usage.resume(run.usage, time.time())
         try:
             ending = self._dry_run(run) if run.dry_run else self._run_stages(run, lease, usage)
+        except DATABASE_AWAY as exc:  # the run is not at fault: another attempt carries on
+            log.warning("run %s: the database stayed away: %s", run_id, type(exc).__name__)
+            ending = self._database_away()
         except Exception as exc:  # the runner itself failed: say so on the run, never leave it
             log.exception("run %s failed in the runner", run_id)
             ending = Ending("failed", "internal", f"runner error: {type(exc).__name__}: {exc}")
@@ -271,6 +274,13 @@ class Runner:
                 manifest, position, "failed", inputs=inputs, outputs=outputs, error=error
             )
             return ending
+        if not outcome.get("ok") and outcome.get("database_away"):
+            ending = self._database_away()
+            error = {"class": "interrupted", "message": ending.reason}
+            recorder.finish(
+                manifest, position, "failed", inputs=inputs, outputs=outputs, error=error
+            )
+            return ending
         if not outcome.get("ok"):
             error = {"class": outcome["failure_class"], "message": outcome["reason"]}
             if outcome.get("traceback"):
@@ -283,6 +293,15 @@ class Runner:
             manifest["notes"].append("stopped early by the run's budget (max_seconds)")
         recorder.finish(manifest, position, "completed", inputs=inputs, outputs=outputs)
         return self._ending_for_stop("budget") if stop == "budget" else None
+
+    def _database_away(self) -> Ending:
+        """A database outage longer than TRM_DB_RETRY_S ends the attempt `interrupted`: the
+        reconciler queues the next one, which resumes from the last checkpoint."""
+        return Ending(
+            "interrupted",
+            reason=f"the database did not answer for TRM_DB_RETRY_S "
+            f"({self.settings.db_retry_s:g}s); the run resumes on another attempt",
+        )
 
     # -- dry run -------------------------------------------------------------------------------
     def _dry_run(self, run: Run) -> Ending:
