@@ -26,6 +26,7 @@ import errno
 import hashlib
 import hmac
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import Annotated, BinaryIO
@@ -146,6 +147,30 @@ def _check_place(run_dir: Path, rel: str) -> Path:
     return target
 
 
+# Run id -> (when measured, bytes in its directory). Measured by a walk at most once a minute
+# and counted up by each upload meanwhile: a walk per upload would make a sync of N files cost
+# N^2 stat calls. Per API process, so with several processes the quota holds within a minute's
+# uploads.
+_usage: dict[str, tuple[float, int]] = {}
+USAGE_TTL_S = 60.0
+
+
+async def _used(run_dir: Path) -> int:
+    seen = _usage.get(run_dir.name)
+    now = time.monotonic()
+    if seen is None or now - seen[0] > USAGE_TTL_S:
+        seen = (now, await run_in_threadpool(_dir_bytes, run_dir))
+        _usage[run_dir.name] = seen
+        if len(_usage) > 1024:
+            _usage.pop(next(iter(_usage)))
+    return seen[1]
+
+
+def _count(run_dir: Path, delta: int) -> None:
+    if (seen := _usage.get(run_dir.name)) is not None:
+        _usage[run_dir.name] = (seen[0], seen[1] + delta)
+
+
 def _dir_bytes(folder: Path) -> int:
     total = 0
     for root, _dirs, files in os.walk(folder):
@@ -210,7 +235,7 @@ async def upload_artifact(
         raise _too_large(rel, size_hint, limit)
     run_dir = settings.run_dir(run_id)
     target = _check_place(run_dir, rel)
-    used = await run_in_threadpool(_dir_bytes, run_dir)
+    used = await _used(run_dir)
     replaced = target.stat().st_size if target.is_file() else 0
     room = quota - (used - replaced)
     if size_hint > room:
@@ -239,6 +264,7 @@ async def upload_artifact(
                 {"field": SHA256_HEADER, "path": rel},
             )
         os.replace(tmp, target)
+        _count(run_dir, size - replaced)
     except (NotADirectoryError, IsADirectoryError, FileExistsError) as exc:  # raced a writer
         raise ApiError(409, "conflict", f"{rel!r}: {exc.strerror}") from None
     except OSError as exc:

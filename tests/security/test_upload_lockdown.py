@@ -366,3 +366,40 @@ def test_a_worker_on_another_host_still_delivers_every_stage_output(
         events = [json.loads(line) for line in (worker_runs / run_id / "events.jsonl").open()]
         syncs = [e["data"] for e in events if e.get("data", {}).get("source") == "artifact_sync"]
         assert syncs and all(not s["failed"] for s in syncs), syncs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_train_run_on_another_host_delivers_every_stage_output_the_table_names(
+    env: dict[str, str], service: Service, settings: Settings, route_corpus: Path, tmp_path: Path
+) -> None:
+    worker_runs = tmp_path / "worker-host" / "runs"
+    data = settings.data_dir / "route"
+    data.mkdir(parents=True)
+    for name in ("train.jsonl", "val.jsonl"):
+        (data / name).write_text((route_corpus / name).read_text())
+    service.start_worker(
+        "worker-host",
+        extra_env={"TRM_RUNS_DIR": str(worker_runs), "TRM_ARTIFACT_UPLOAD_URL": service.url},
+    )
+    spec = {
+        "kind": "train",
+        "trainer": "trm",
+        "trm": {"hidden": 16, "max_steps": 4, "checkpoint_every": 2},
+        "corpus": {"sources": [{"type": "jsonl", "name": "r", "path": "route"}]},
+    }
+    run_id = service.submit(spec)["id"]
+    assert service.wait_status(run_id, "completed", "failed", timeout=240)["status"] == "completed"
+    api_dir, own = Path(env["TRM_RUNS_DIR"]) / run_id, worker_runs / run_id
+    sent = {
+        p.relative_to(own).as_posix()
+        for p in own.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(own).parts)
+    } - {"events.jsonl", "progress.snapshot.json"}
+    assert {"corpus/manifest.json", "trainer_config.resolved.json", "scorecard.json"} <= sent
+    assert any(p.startswith("trainer/checkpoints/") for p in sent)
+    for rel in sorted(sent):  # every file the worker wrote reached the API host, byte for byte
+        assert (api_dir / rel).read_bytes() == (own / rel).read_bytes(), rel
+    events = [json.loads(line) for line in (own / "events.jsonl").open()]
+    syncs = [e["data"] for e in events if e.get("data", {}).get("source") == "artifact_sync"]
+    assert syncs and all(not s["failed"] for s in syncs), syncs
