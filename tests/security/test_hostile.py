@@ -48,7 +48,9 @@ def test_artifact_paths_cannot_leave_the_run_dir(service: Service, settings: Set
         "x%00y",
     ):
         response = service.http.get(f"/runs/{run_id}/artifacts/{path}")
-        assert response.status_code in (400, 404), (path, response.status_code)
+        # A NUL is refused before any route looks at it (422 naming the parameter).
+        refused = (422,) if "%00" in path else (400, 404)
+        assert response.status_code in refused, (path, response.status_code)
         assert "not yours" not in response.text
         assert_error(response, response.status_code)
     listing = service.http.get(f"/runs/{run_id}/artifacts").json()["artifacts"]
