@@ -115,7 +115,9 @@ def test_default_model_learns_route_well_above_the_majority_rate(route_corpus, t
 def test_training_keeps_the_best_val_epoch_and_stops_after_patience(route_corpus, trained):
     _, result, callbacks = trained
     scores = [e["val_accuracy"] for e in callbacks.evals]
-    best = max(range(len(scores)), key=lambda i: (scores[i], -i))  # the first of the best
+    losses = [e["val_loss"] for e in callbacks.evals]
+    # The first of the best accuracies, ties going to the lower val loss.
+    best = max(range(len(scores)), key=lambda i: (scores[i], -losses[i], -i))
     assert result["best_epoch"] == callbacks.evals[best]["epoch"]
     assert result["eval"]["val_accuracy"] == pytest.approx(scores[best], abs=1e-4)
     if result["early_stopped"]:  # then exactly `patience` epochs came after the best one

@@ -14,13 +14,19 @@ Generic: no family is named here. For a row `(state, tools)`:
 - **Context**: every other leaf of the state; lists of numbers keep their order (`pos.0`,
   `pos.1`), lists of strings are sets.
 - **Features** (`name -> float`, one dict per candidate):
-  `pos`, `n` (place and count); `P:<piece>` (the candidate's name pieces);
-  `N:<i>` (the i-th integer in its id, `t3` -> 3); `A:<field>` (an aligned number) with
+  `pos` (its place in the list, 0..1); `P:<piece>` (the candidate's name pieces);
+  `N:<i>` (the i-th integer in its id, `t3` -> 3) with `NR:`/`NLO:` (its rank among the
+  candidates, its distance to their least) and `GR:`/`GLO:` (the same among the candidates
+  whose ids differ only in that number); `A:<field>` (an aligned number) with
   `R:` (its rank among the candidates), `HI:`/`LO:` (its distance to their max/min);
   `C:<leaf>` (a context number, the same for every candidate); `D:<a>|<c>` (aligned or id
   number minus context number); `IN:<a>|<c>` (context string in an aligned list),
   `COV:<a>|<c>` (share of a context list in an aligned list), `EQ:<a>|<c>` (equal strings);
-  `NAME_IN:<c>` (a candidate name is in a context list or equals a context string).
+  `NAME_IN:<c>` (a candidate name is in a context list or equals a context string);
+  `L:<list>`, `DUP:<list>`, `LD:<a>|<b>` (a context list's length, its repeated items, two
+  lists' length difference).
+- **Size-invariant**: ranks and distances, never the number of candidates, so a row at the
+  anchors offering twice the candidates seen in training reads the same.
 
 `FeatureSpace` is fitted on the train rows: which feature names exist (seen often enough), and
 for the neural model their scale. It is saved as JSON beside the model.
@@ -40,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from core.rundir import write_json_atomic
+from worker.context import StageFailure
 
 Features = dict[str, float]
 Value = float | str | frozenset[str]
@@ -48,8 +55,9 @@ MAX_LIST_INDEX = 8  # numbers of a list beyond this index are left out (order ke
 MAX_CONTEXT = 48  # context numbers a row's comparisons use (the first, in key order)
 MAX_ALIGNED = 24  # aligned numbers per candidate that are compared with the context
 MIN_SHARE = 0.005  # a feature must occur in this share of train rows (and at least twice)
+MAX_LISTS = 8  # lists whose shapes (length, repeats, length differences) a row reports
 MAX_FEATURES = 4096
-FORMAT = "trm-features/1"
+FORMAT = "trm-features/2"  # /2: no candidate count; id-number ranks, list shapes
 
 _SEGMENTS = re.compile(r"[:@/.\s]+")
 _WORDS = re.compile(r"[A-Za-z]{3,}")
@@ -194,7 +202,8 @@ def row_features(state_text: str, tools: list[str]) -> list[Features]:
 
     out: list[Features] = []
     for i, tool in enumerate(tools):
-        f: Features = {"pos": i / max(1, n - 1), "n": float(n)}
+        # No count of candidates: anchors may offer twice as many as training did.
+        f: Features = {"pos": i / max(1, n - 1)}
         for piece in pieces_of(tool):
             f[f"P:{piece}"] = 1.0
         own_numbers: list[tuple[str, float]] = []
@@ -233,7 +242,66 @@ def row_features(state_text: str, tools: list[str]) -> list[Features]:
             if cstr in names[i]:
                 f[f"NAME_IN:{cpath}"] = 1.0
         out.append(f)
+    _id_number_ranks(tools, out)
+    _list_shapes(state, roots, out)
     return out
+
+
+def _id_number_ranks(tools: list[str], out: list[Features]) -> None:
+    """Where each number in a candidate's id stands among the row's candidates: overall
+    (`NR:k` its rank, `NLO:k` its distance to the least) and among the candidates whose ids
+    differ only in that number (`GR:k`, `GLO:k`: the earliest slot on the same machine). Ranks
+    and distances, not counts, so a row offering twice the candidates reads the same."""
+    numbers = [id_numbers(t) for t in tools]
+    for k in range(max((len(ns) for ns in numbers), default=0)):
+        groups: dict[str, list[float]] = {}
+        keys: list[str | None] = []
+        for tool, ns in zip(tools, numbers, strict=True):
+            if len(ns) <= k:
+                keys.append(None)
+                continue
+            spans = list(_INTS.finditer(tool))
+            key = tool[: spans[k].start()] + "#" + tool[spans[k].end() :]
+            keys.append(key)
+            groups.setdefault(key, []).append(float(ns[k]))
+        column = [float(ns[k]) for ns in numbers if len(ns) > k]
+        for f, ns, key in zip(out, numbers, keys, strict=True):
+            if key is None:
+                continue
+            value, group = float(ns[k]), groups[key]
+            f[f"NR:{k}"] = sum(v < value for v in column) / len(column)
+            f[f"NLO:{k}"] = value - min(column)
+            f[f"GR:{k}"] = sum(v < value for v in group) / len(group)
+            f[f"GLO:{k}"] = value - min(group)
+
+
+def _list_shapes(state: Any, roots: set[str], out: list[Features]) -> None:
+    """The shape of the state's lists outside the candidates' own parts (the same for every
+    candidate): `L:<list>` its length, `DUP:<list>` its repeated items, and `LD:<a>|<b>` the
+    difference of two lists' lengths (a proposal one step short of the jobs it should place,
+    a plan that names a slot twice): what set-valued leaves alone cannot show."""
+    shapes: list[tuple[str, list[Any]]] = []
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                here = f"{path}.{key}" if path else str(key)
+                if not any(here == r or here.startswith(r + ".") for r in roots):
+                    walk(value, here)
+        elif isinstance(node, list) and len(shapes) < MAX_LISTS:
+            shapes.append((path, node))  # lists inside lists are items, not shapes
+
+    walk(state, "")
+    context: Features = {}
+    for path, items in shapes:
+        context[f"L:{path}"] = float(len(items))
+        keys = [json.dumps(v, sort_keys=True) for v in items]
+        context[f"DUP:{path}"] = float(len(keys) - len(set(keys)))
+    for a, (pa, la) in enumerate(shapes):
+        for pb, lb in shapes[a + 1 :]:
+            context[f"LD:{pa}|{pb}"] = float(len(la) - len(lb))
+    for f in out:
+        f.update(context)
 
 
 def _concrete_root(state: Any, generic: str, names: set[str]) -> str | None:
@@ -354,7 +422,11 @@ class FeatureSpace:
     def load(cls, path: Path) -> FeatureSpace:
         data = json.loads(Path(path).read_text())
         if data.get("format") != FORMAT:
-            raise ValueError(f"{path}: not a feature space this version reads ({FORMAT})")
+            raise StageFailure(
+                "dependency",
+                f"{path}: features of another version ({data.get('format')}, this one reads "
+                f"{FORMAT}); train the model again",
+            )
         return cls(list(data["names"]), list(data["mean"]), list(data["scale"]))
 
 

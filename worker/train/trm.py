@@ -8,12 +8,13 @@ selection and checkpoints.
   recursion from the previous step's detached (y, z), its own loss (cross-entropy over the row's
   candidates, plus the halting head's binary cross-entropy on "is the answer right") and its own
   optimizer update.
-- **Model selection on val**: after every epoch the val split's accuracy (with halting, as the
-  policy answers); the best epoch's weights are kept and written, and training stops after
-  `patience` epochs without a better one. The anchors are never looked at.
-- **Checkpoints** (`checkpoints/step-NNNNNN/`: the current and the best weights, the features,
-  the optimizer, the RNG) every `checkpoint_every` batches and on a stop; `train()` resumes from
-  the newest. The data order is a function of (seed, epoch), so a resumed run takes the same
+- **Model selection on val**: the weights are averaged as training goes (the paper's EMA);
+  after every epoch the average's val accuracy (with halting, as the policy answers; ties go
+  to the lower val loss); the best epoch's average is kept and written, and training stops
+  after `patience` epochs without a better one. The anchors are never looked at.
+- **Checkpoints** (`checkpoints/step-NNNNNN/`: the current, averaged and best weights, the
+  features, the optimizer, the RNG) every `checkpoint_every` batches and on a stop; `train()`
+  resumes from the newest. The data order is a function of (seed, epoch), so a resumed run takes the same
   batches as an uninterrupted one.
 """
 
@@ -42,6 +43,8 @@ from worker.train.memory import Rss, peak_vram, reset_peak_vram
 
 # The spec's defaults; `seed` is accepted and recorded, the run's seed wins.
 DEFAULTS: dict[str, Any] = {**TrmTrainerConfig().model_dump(), "seed": 0}
+EMA_WEIGHTS = "ema.safetensors"  # in a trm checkpoint: the running average of the weights
+EMA_DECAY = 0.98  # per batch: the average spans about two epochs of a few hundred rows
 # Keys that may change between attempts without invalidating a checkpoint (the OOM retry).
 RESUMABLE_CHANGES = ("batch_size", "grad_accum", "checkpoint_every")
 
@@ -78,18 +81,44 @@ def supervised_batch(
     return last
 
 
+class Ema:
+    """The paper's exponential moving average of the weights: what is evaluated on val and
+    kept. One seed's lucky or unlucky last batches move it little, so the epoch chosen on val
+    (and the anchor score) varies less between seeds. The decay ramps up from 0 over the first
+    updates, so a short run is not stuck near its initialization."""
+
+    def __init__(self, model: nn.Module, decay: float) -> None:
+        self.decay, self.updates = decay, 0
+        self.weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        self.updates += 1
+        decay = min(self.decay, (1 + self.updates) / (10 + self.updates))
+        for k, v in model.state_dict().items():
+            self.weights[k].lerp_(v.detach(), 1 - decay)
+
+
 @torch.no_grad()
-def accuracy(model: TinyRecursiveModel, data: Encoded, steps: int, device: torch.device) -> float:
-    """Top-1 accuracy as the policy answers (halting included)."""
+def evaluate(
+    model: TinyRecursiveModel, data: Encoded, steps: int, device: torch.device
+) -> tuple[float, float]:
+    """(top-1 accuracy, mean cross-entropy) as the policy answers (halting included)."""
     if not len(data):
-        return 0.0
+        return 0.0, 0.0
     model.eval()
-    right = 0
+    right, loss = 0, 0.0
     for start in range(0, len(data), 256):
         b = data.batch(torch.arange(start, min(start + 256, len(data))), device)
-        right += int((model.infer(b["x"], b["mask"], steps).argmax(-1) == b["target"]).sum())
+        scores = model.infer(b["x"], b["mask"], steps)
+        right += int((scores.argmax(-1) == b["target"]).sum())
+        loss += float(F.cross_entropy(scores, b["target"], reduction="sum"))
     model.train()
-    return right / len(data)
+    return right / len(data), loss / len(data)
+
+
+def accuracy(model: TinyRecursiveModel, data: Encoded, steps: int, device: torch.device) -> float:
+    return evaluate(model, data, steps, device)[0]
 
 
 def train(
@@ -157,6 +186,7 @@ def _train(
     torch.manual_seed(seed)
     model = build(space, cfg).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.01)
+    ema = Ema(model, EMA_DECAY)
     step, last_loss, stopped_by = 0, None, None
     best: dict[str, Any] = {"accuracy": -1.0, "epoch": None, "since": 0, "state": None}
     if resume:  # the weights, optimizer, RNG and the best epoch as they were at its step
@@ -164,6 +194,9 @@ def _train(
         state = checkpoints.load(resume, optimizer)
         step, last_loss = int(state["step"]), state.get("loss")
         best.update(state.get("best") or {})
+        ema.updates = int(state.get("ema_updates") or 0)
+        if (resume / EMA_WEIGHTS).is_file():
+            ema.weights = load_file(resume / EMA_WEIGHTS, device=str(device))
         if (resume / TRM_BEST).is_file():
             best["state"] = load_file(resume / TRM_BEST, device=str(device))
     resumed_from = step if resume else None
@@ -181,9 +214,11 @@ def _train(
             save_model(folder, model, space, meta)
             if best["state"] is not None:
                 save_file(best["state"], str(folder / TRM_BEST))
+            save_file(ema.weights, str(folder / EMA_WEIGHTS))
 
         kept = {k: v for k, v in best.items() if k != "state"}
-        extra = {"loss": last_loss, "fingerprint": fingerprint, "best": kept}
+        extra = {"loss": last_loss, "fingerprint": fingerprint, "best": kept,
+                 "ema_updates": ema.updates}  # fmt: skip
         path = checkpoints.save(out_dir, at, write, optimizer, None, extra)
         callbacks.on_checkpoint(at, path)
 
@@ -203,6 +238,7 @@ def _train(
             group["lr"] = lr_at(step)
         chunks = [data.batch(chunk, device) for chunk in idx.split(micro)]
         last_loss = supervised_batch(model, chunks, optimizer, sup, float(cfg["halt_weight"]))
+        ema.update(model)
         rss.sample()
         step += 1
         rows_done += len(idx)
@@ -211,15 +247,16 @@ def _train(
         callbacks.on_step(step, total, loss=round(last_loss, 5), lr=lr_at(step - 1),
                           tokens_per_s=round(rate, 1), tokens_trained=candidates_done)  # fmt: skip
         epoch_end = step % steps_per_epoch == 0 or step == total
-        since = _select(model, val, sup, device, best, epoch, callbacks, step) if epoch_end else 0
+        since = 0
+        if epoch_end:
+            since = _select(model, ema, val, sup, device, best, epoch, callbacks, step)
         if since >= cfg["patience"]:
             break  # early stopping: no better val accuracy for `patience` epochs
         if not probe and step % int(cfg["checkpoint_every"]) == 0 and step < total:
             checkpoint(step)
     if not probe:
         checkpoint(step)  # on a stop, and at the end: a re-run resumes instead of retraining
-    if best["state"] is not None:
-        model.load_state_dict(best["state"])
+    model.load_state_dict(best["state"] if best["state"] is not None else ema.weights)
     metrics = {"val_accuracy": accuracy(model, val, sup, device) if len(val) else None,
                "train_accuracy": accuracy(model, data, sup, device)}  # fmt: skip
     meta.update(steps=step, final_loss=last_loss, best_epoch=best["epoch"], eval=metrics)
@@ -249,6 +286,7 @@ def _train(
 
 def _select(
     model: TinyRecursiveModel,
+    ema: Ema,
     val: Encoded,
     steps: int,
     device: torch.device,
@@ -257,13 +295,24 @@ def _select(
     callbacks: TrainerCallbacks,
     step: int,
 ) -> int:
-    """End of an epoch: keep the weights when val accuracy beats the best so far (with no val
-    split, every epoch is kept: the last one wins). Epochs since the best."""
-    score = accuracy(model, val, steps, device) if len(val) else None
-    callbacks.on_eval(step, epoch=epoch, val_accuracy=score)
-    if score is None or score > best["accuracy"]:
-        best.update(accuracy=score if score is not None else -1.0, epoch=epoch, since=0)
-        best["state"] = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
+    """End of an epoch: keep the averaged weights when their val accuracy beats the best so far,
+    or equals it at a lower val loss (a few hundred val rows make accuracy coarse: ties are
+    common, and the first of them is often an undertrained epoch). With no val split every
+    epoch is kept: the last one wins. Epochs since the best."""
+    training = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
+    model.load_state_dict(ema.weights)
+    score, loss = evaluate(model, val, steps, device) if len(val) else (None, None)
+    model.load_state_dict(training)
+    callbacks.on_eval(step, epoch=epoch, val_accuracy=score, val_loss=loss)
+    better = (
+        score is None
+        or score > best["accuracy"]
+        or (score == best["accuracy"] and loss is not None and loss < best.get("loss", math.inf))
+    )
+    if better:
+        best.update(accuracy=score if score is not None else -1.0, loss=loss, epoch=epoch,
+                    since=0)  # fmt: skip
+        best["state"] = {k: v.clone() for k, v in ema.weights.items()}
     else:
         best["since"] += 1
     return int(best["since"])
