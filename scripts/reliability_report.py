@@ -83,6 +83,177 @@ CLAIMS = {
         "a stage with no progress for stall_s: failed/stalled, while a slow steady run completes",
         "nothing beyond the hung run",
     ),
+    # Integrity round 2 (issue 21): each finding of the attacker's probe is a case.
+    "test_a_planted_pickled_checkpoint_is_never_unpickled_or_resumed_from": (
+        "a pickled trainer_state.pt planted in a queued train run's checkpoints: never loaded "
+        "(no torch.load in the worker), the run does not resume from a folder its own events did "
+        "not record; the payload's marker file never appears",
+        "nothing",
+    ),
+    "test_a_token_holder_without_the_upload_key_is_refused_on_queued_running_and_finished_runs": (
+        "PUT /runs/{id}/artifacts from a token holder: 403 on queued, running and finished runs; "
+        "the lease's upload key is in no API answer",
+        "nothing",
+    ),
+    "test_an_earlier_attempts_worker_is_fenced_out_by_the_new_claim": (
+        "after a re-queue the earlier attempt's upload key and lease token are refused",
+        "nothing",
+    ),
+    "test_the_lease_holder_cannot_replace_the_services_own_files": (
+        "`events.jsonl/`, `./summary.json`, `..` tricks, stage manifests: refused on the "
+        "normalised path; the audit log is not truncated",
+        "nothing",
+    ),
+    "test_only_outputs_of_the_current_stage_are_taken": (
+        "a forged trainer_config.resolved.json sent while the corpus stage runs: 403",
+        "nothing",
+    ),
+    "test_over_long_paths_and_paths_through_files_are_client_errors": (
+        "over-long artifact paths, PUT under an existing file or onto a folder: 4xx, never 5xx",
+        "nothing",
+    ),
+    "test_an_upload_over_the_size_bound_is_refused_before_its_body_is_read": (
+        "TRM_MAX_UPLOAD_BYTES: 413 from Content-Length before the body, and mid-stream; no temp "
+        "file left",
+        "nothing",
+    ),
+    "test_an_upload_past_the_run_dir_quota_gets_507_with_the_figures": (
+        "TRM_RUN_DIR_QUOTA_BYTES: 507 quota_exceeded with the figures",
+        "nothing",
+    ),
+    "test_readyz_reports_free_disk_and_is_not_ready_below_the_floor": (
+        "/readyz reports free bytes of RUNS_DIR and the database's disk; 503 below "
+        "TRM_MIN_FREE_BYTES",
+        "nothing",
+    ),
+    "test_a_full_database_disk_answers_507_naming_it": (
+        "SQLite on a full 4 MiB tmpfs: POST /runs answers 507 disk_full naming the folder, not "
+        "'database not answering'",
+        "the refused submission only (the client is told)",
+    ),
+    "test_a_worker_on_another_host_still_delivers_every_stage_output": (
+        "split API/worker with TRM_ARTIFACT_UPLOAD_URL: the lease holder's syncs all land",
+        "nothing",
+    ),
+    "test_a_train_run_on_another_host_delivers_every_stage_output_the_table_names": (
+        "a two-host train run: every file its stages wrote arrives byte-identical (slow)",
+        "nothing",
+    ),
+    "test_a_forged_resolved_config_does_not_move_the_trainer_output": (
+        "a forged trainer_config.resolved.json with an output_dir outside RUNS_DIR: the model is "
+        "written in the run's own trainer/ folder",
+        "nothing",
+    ),
+    "test_a_forged_summary_of_a_referenced_run_does_not_steer_a_bench_outside_runs_dir": (
+        "a forged summary.json of a referenced run: bench resolution stays in RUNS_DIR",
+        "nothing",
+    ),
+    "test_a_self_referencing_best_run_is_a_422_not_a_500": (
+        "a best_run chain that loops: 422 naming it (was a 500 RecursionError)",
+        "nothing",
+    ),
+    "test_bench_run_references_are_checked_as_run_ids": (
+        "`..:final`, absolute paths, malformed ids as bench sides: 422 at submit",
+        "nothing",
+    ),
+    "test_a_forged_candidate_scorecard_does_not_enter_the_ledger": (
+        "a forged scorecard.json in a candidate's run dir: the ledger takes the score its evaluate "
+        "stage recorded in the database",
+        "nothing",
+    ),
+    "test_a_skill_spec_base_outside_the_data_dir_is_refused_unread_and_tells_no_existence": (
+        "format=skill with a base outside DATA_DIR: refused unread, same message for an existing "
+        "and a missing path, no keys or values echoed",
+        "nothing",
+    ),
+    "test_a_qlora_base_model_outside_the_model_cache_is_refused_alike_whether_it_exists": (
+        "qlora.base_model absolute or `..`: 422 that does not tell whether it exists",
+        "nothing",
+    ),
+    "test_a_symlink_in_a_folder_source_pointing_outside_yields_no_rows_and_is_reported": (
+        "a symlink in a DATA_DIR folder source pointing out: no rows from it, named and counted "
+        "in the corpus manifest",
+        "nothing (the link's rows were never ours)",
+    ),
+    "test_nul_in_a_nested_spec_string_fails_only_its_own_post": (
+        "40 concurrent POSTs, one with a NUL in a nested string: that one 422 naming the field, "
+        "39 recorded (Postgres had 500s for 18-29 of them)",
+        "nothing",
+    ),
+    "test_unstorable_values_get_a_422_naming_the_field": (
+        "NUL, a lone surrogate, 2^64, NaN, a NUL key: 422 naming the field",
+        "nothing",
+    ),
+    "test_nul_in_a_query_or_path_parameter_gets_a_422_not_a_500": (
+        "NUL in a query or path parameter: 422",
+        "nothing",
+    ),
+    "test_a_row_the_database_refuses_fails_only_its_own_post": (
+        "a row that passes validation but the database refuses (a trigger): the batch writer "
+        "falls back to one at a time; the other 39 are recorded",
+        "nothing",
+    ),
+    "test_a_client_key_shaped_like_a_candidate_key_does_not_fail_the_search": (
+        "Idempotency-Key `<search>:c000` from a client: the search's candidates keep their own "
+        "namespace",
+        "nothing",
+    ),
+    "test_a_loopback_sounding_name_is_trusted_only_if_it_resolves_to_loopback": (
+        "webhooks to `localhost.localdomain` / `ip6-localhost`: judged by the resolved address",
+        "nothing",
+    ),
+    "test_a_name_resolving_off_loopback_is_never_called": (
+        "a webhook name resolving off loopback is never called; delivery goes to the checked, "
+        "pinned address",
+        "nothing",
+    ),
+    "test_a_mistyped_bench_dry_run_field_is_a_422_naming_it": (
+        "/benches/*?dry_run=true with a mistyped field: 422 (was 500)",
+        "nothing",
+    ),
+    "test_every_size_knob_has_an_upper_bound_named_in_the_422": (
+        "epochs 10^12, hidden 4096, recursions 64, batch 4096 and other size knobs: 422 naming "
+        "the knob and its bound",
+        "nothing",
+    ),
+    "test_a_run_too_large_for_memory_is_refused_before_training": (
+        "a run whose memory estimate exceeds the worker's RAM: failed/bad_input with the "
+        "estimate, before any allocation or checkpoint",
+        "nothing",
+    ),
+    "test_epochs_times_rows_over_max_steps_is_refused_with_the_figure": (
+        "epochs x batches over TRM_MAX_STEPS: bad_input with the computed step count",
+        "nothing",
+    ),
+    "test_a_demo_sized_run_trains_and_notes_its_estimate": (
+        "a demo-sized run is accepted and its estimate is on its manifest",
+        "nothing",
+    ),
+    "test_run_marked_by_a_dead_worker_completes_within_the_reconcile_period": (
+        "a worker dies between arq's in-progress mark and the database claim: the run is "
+        "re-queued by the reconciler within seconds (was: queued for 7 days)",
+        "nothing",
+    ),
+    "test_jobs_of_killed_attempts_leave_the_queue": (
+        "kill -9 mid-run: attempt 2 completes and the queue-depth metric returns to 0 (was: "
+        "ghost jobs counted)",
+        "nothing",
+    ),
+    "test_an_outage_longer_than_the_retry_window_interrupts_the_run_never_fails_it": (
+        "Postgres away longer than TRM_DB_RETRY_S: the attempt ends `interrupted`, re-queued, "
+        "and the run completes (was: failed/internal)",
+        "the attempt's steps since its last checkpoint",
+    ),
+    "test_replay_of_50k_events_streams_in_pages_not_all_at_once": (
+        "SSE replay of 50k events: paged from the database, API memory grows < 32 MiB, every "
+        "event once in order",
+        "nothing",
+    ),
+    "test_hostile_event_ids_are_422s_naming_the_field": (
+        "Last-Event-ID `²`, other Unicode digits, -1, 2^63, garbage: 422 naming the header "
+        "(`²` was a 500)",
+        "nothing",
+    ),
 }
 
 
@@ -183,7 +354,9 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "report.xml"
-        took = run_tests(["tests/fault", "tests/security"], args.slow, xml)
+        took = run_tests(
+            ["tests/fault", "tests/security", "tests/service/test_sse_paging.py"], args.slow, xml
+        )
         rows = cases(xml)
     lines = [
         "# Reliability: faults survived, bad input refused, load held",
