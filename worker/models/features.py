@@ -265,10 +265,10 @@ def _id_number_ranks(tools: list[str], out: list[Features]) -> None:
             keys.append(key)
             groups.setdefault(key, []).append(float(ns[k]))
         column = [float(ns[k]) for ns in numbers if len(ns) > k]
-        for f, ns, key in zip(out, numbers, keys, strict=True):
-            if key is None:
+        for f, ns, slot in zip(out, numbers, keys, strict=True):
+            if slot is None:
                 continue
-            value, group = float(ns[k]), groups[key]
+            value, group = float(ns[k]), groups[slot]
             f[f"NR:{k}"] = sum(v < value for v in column) / len(column)
             f[f"NLO:{k}"] = value - min(column)
             f[f"GR:{k}"] = sum(v < value for v in group) / len(group)

@@ -14,8 +14,8 @@ selection and checkpoints.
   after `patience` epochs without a better one. The anchors are never looked at.
 - **Checkpoints** (`checkpoints/step-NNNNNN/`: the current, averaged and best weights, the
   features, the optimizer, the RNG) every `checkpoint_every` batches and on a stop; `train()`
-  resumes from the newest. The data order is a function of (seed, epoch), so a resumed run takes the same
-  batches as an uninterrupted one.
+  resumes from the newest. The data order is a function of (seed, epoch), so a resumed run takes
+  the same batches as an uninterrupted one.
 """
 
 from __future__ import annotations
