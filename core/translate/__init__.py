@@ -1,10 +1,11 @@
 """The original skill's spec files, translated to ours (SPEC §3.3 "Upstream compatibility").
 
 One list of detectors, one per kind of file the skill writes, and one dispatcher used by both
-`trm import-spec` and `POST /runs?format=skill`: corpus specs (`corpus`), the hill-climb and
-routerBench specs (`search`), `router-training-spec.sample.json` (`training`) and the PrimeHub
-bench specs (`benches`). A translation gives a warning for every key ignored or whose meaning
-changed and an error for every path that does not exist.
+`trm import-spec` and `POST /runs?format=skill`: corpus specs (`corpus`), the published bench
+specs (`routerbench-spec.json`, `primehub-*-bench.json`: `benches`), the hill-climb and
+routerBench search specs (`search`), `router-training-spec.sample.json` (`training`) and the
+PrimeHub bench specs inferred from the skill's text (`benches`). A translation gives a warning
+for every key ignored or whose meaning changed and an error for every path that does not exist.
 """
 
 from __future__ import annotations
@@ -53,6 +54,13 @@ DETECTORS: list[Detector] = [
         _corpus_translate,
         "CorpusSpec",
         CorpusSpec.model_validate,
+    ),
+    Detector(
+        "bench spec",
+        benches.looks_like_published_bench_spec,
+        _run_spec(benches.translate_published_bench_spec),
+        "RunSpec",
+        RUN_SPEC.validate_python,
     ),
     Detector(
         "routerBench spec",

@@ -1,17 +1,19 @@
 """The skill's `router-training-spec.sample.json` (its `run_trm_trainer_hermes.py --config`) →
 our `train` run spec with the `qlora` trainer (SPEC §6).
 
-We have no copy of the file; its shape is inferred from the skill's text (prepare_corpus,
-prepare_config, launch_trainer; 4-bit NF4 on q/k/v/o; a compact messages corpus), and the usual
-spellings of each key are accepted, flat or under `trainer` / `training` / `qlora` / `lora` /
-`hyperparameters`. What changes meaning:
+The file as the skill publishes it (its `references/` folder): its data under
+`source_jsonl` (a router JSONL), its hyper-parameters under `train_hparams` (with
+`trainer_overrides.train` deep-merged over them; `target_modules` a comma-separated string),
+`model` empty for the recipe's default. Other usual spellings of each key are accepted too, flat
+or under `trainer` / `training` / `qlora` / `lora` / `hyperparameters`. What changes meaning:
 - the corpus comes from the skill's corpus spec (`corpus_spec`, translated by
-  `core.translate.corpus`), inline `sources`, or the router dataset (`router_dataset`,
-  `dataset_path`: a `router_jsonl` source); a prebuilt messages JSONL is not trained directly:
-  our `prepare_corpus` stage rebuilds it from its sources, so the sources must be named;
+  `core.translate.corpus`), inline `sources`, or the router dataset (`source_jsonl`,
+  `router_dataset`, `dataset_path`: a `router_jsonl` source); a prebuilt messages JSONL is not
+  trained directly: our `prepare_corpus` stage rebuilds it from its sources;
 - 4-bit NF4 with double quant is how `qlora` always loads: quantization switches are ignored;
-- script paths, the Python/Hermes launchers and output folders are ignored (the worker runs the
-  trainer itself and writes under the run directory).
+- script paths, recipe labels, the Python/Hermes launchers, the recorded benchmark spec and
+  output folders are ignored with a warning (the worker runs the trainer itself and writes under
+  the run directory).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ QLORA_KEYS = {
     "max_seq_len": "max_seq_len",
     "max_seq_length": "max_seq_len",
     "max_length": "max_seq_len",
+    "seq_len": "max_seq_len",
     "cutoff_len": "max_seq_len",
     "epochs": "epochs",
     "num_epochs": "epochs",
@@ -71,13 +74,13 @@ ALWAYS_ON = {
     "gradient_checkpointing": "chosen by the trainer",
     "loss_on_assistant_only": "loss is always on assistant tokens only",
     "train_on_inputs": "loss is always on assistant tokens only",
+    "streaming": "prepare_corpus reads its sources line by line",
 }
 IGNORED = {
     "output_dir": "a run writes under its run directory",
     "output_root": "a run writes under its run directory",
     "run_root": "a run writes under its run directory",
     "adapter_out": "the adapter is saved in the run's trainer/adapter/",
-    "run_id": "the service names runs",
     "python": "the worker runs the trainer itself",
     "hermes": "the worker runs the trainer itself",
     "hermes_bridge": "the worker runs the trainer itself",
@@ -85,16 +88,40 @@ IGNORED = {
     "trainer_script": "the worker runs the trainer itself",
     "train_script": "the worker runs the trainer itself",
     "builder": "our prepare_corpus stage builds the corpus",
+    "corpus_builder_script": "our prepare_corpus stage builds the corpus",
+    "trainer_recipe": "a label only; the trainer is qlora",
+    "baseline_model": "recorded only upstream; a bench run names its baseline",
+    "benchmark_spec": "recorded only; import that bench spec on its own to run it",
+    "max_records": "no counterpart: the corpus keeps every valid row (knobs shape it)",
+    "system_prompt": "the messages carry the contract's own system prompt",
     "corpus_builder": "our prepare_corpus stage builds the corpus",
     "template_root": "paths are named in the spec",
     "report_to": "progress goes to the run's events and card",
     "logging_steps": "every step is a metric event",
     "description": "kept nowhere",
 }
-SECTIONS = ("trainer", "training", "train", "qlora", "lora", "hyperparameters", "hparams", "config")
-NAME_KEYS = ("name", "run_name", "job_name")
+SECTIONS = (
+    "trainer",
+    "training",
+    "train",
+    "train_hparams",
+    "qlora",
+    "lora",
+    "hyperparameters",
+    "hparams",
+    "config",
+)
+# `run_id` is the skill's run name (the service gives its own ids).
+NAME_KEYS = ("name", "run_name", "job_name", "run_id")
 CORPUS_KEYS = ("corpus_spec", "corpus")
-ROUTER_DATA_KEYS = ("router_dataset", "router_jsonl", "dataset_path", "dataset_root", "router_data")
+ROUTER_DATA_KEYS = (
+    "source_jsonl",
+    "router_dataset",
+    "router_jsonl",
+    "dataset_path",
+    "dataset_root",
+    "router_data",
+)
 MESSAGES_KEYS = ("messages_jsonl", "train_file", "train_jsonl", "messages_path", "corpus_out")
 CONTRACT_KEYS = ("contract", "output_contract")
 MARKERS = {*QLORA_KEYS, *ALWAYS_ON} - {"seed", "epochs", "lr", "model", "max_steps", "dropout"}
@@ -105,6 +132,8 @@ def looks_like_skill_training_spec(data: Any) -> bool:
     `kind`, and no search keys (those are a hill-climb spec's)."""
     if not isinstance(data, dict) or "kind" in data:
         return False
+    if {"train_hparams", "source_jsonl"} & set(data):  # router-training-spec.sample.json
+        return True
     if {"mutations", "ladder", "max_generalization_gap", "search"} & set(data):
         return False
     keys = set(data)
@@ -124,7 +153,8 @@ def translate_training_spec(
     corpus: dict[str, Any] | None = None
     router_sources: list[dict[str, Any]] = []
     flat: list[tuple[str, Any, str]] = []
-    for key, value in data.items():
+    named_data = False
+    for key, value in _merge_overrides(data, reader).items():
         if key in SECTIONS and isinstance(value, dict):
             flat.extend((k, v, f"{key}.{k}") for k, v in value.items())
         elif key == "trainer" and isinstance(value, str):
@@ -142,10 +172,12 @@ def translate_training_spec(
             if key == "seed":
                 out["seed"] = value
         elif key in CORPUS_KEYS:
+            named_data = True
             corpus = reader.corpus(value, where)
         elif key == "sources":
             corpus = reader.corpus({"sources": value, "dedupe": True}, "sources")
         elif key in ROUTER_DATA_KEYS:
+            named_data = True
             path = reader.path(value, where)
             if path is not None:
                 router_sources.append(
@@ -155,7 +187,7 @@ def translate_training_spec(
         elif key in MESSAGES_KEYS:
             reader.warnings.append(
                 f"{where}: ignored ({value!r}): prepare_corpus rebuilds messages.jsonl from the "
-                "corpus sources, so name those (corpus_spec or router_dataset)"
+                "corpus sources, so name those (corpus_spec or source_jsonl)"
             )
         elif key in CONTRACT_KEYS:
             if value in ("action_only", "json"):
@@ -177,10 +209,11 @@ def translate_training_spec(
             corpus.setdefault("sources", []).extend(router_sources)
     contract = out.pop("_contract", None)
     if corpus is None:
-        reader.errors.append(
-            "no corpus: name the skill's corpus spec (corpus_spec) or the router dataset "
-            "(router_dataset)"
-        )
+        if not named_data:  # a named one that is missing has its own error
+            reader.errors.append(
+                "no corpus: name the skill's corpus spec (corpus_spec) or the router dataset "
+                "(source_jsonl)"
+            )
     else:
         if contract:
             corpus["contract"] = contract
@@ -195,8 +228,44 @@ def translate_training_spec(
     return out, reader.warnings, reader.errors
 
 
+def _merge_overrides(data: dict[str, Any], reader: Reader) -> dict[str, Any]:
+    """The skill deep-merges `trainer_overrides.train` over `train_hparams`; so do we."""
+    overrides = data.get("trainer_overrides")
+    if overrides is None:
+        return data
+    out = {k: v for k, v in data.items() if k != "trainer_overrides"}
+    if not isinstance(overrides, dict):
+        reader.warnings.append("trainer_overrides: ignored (not an object)")
+        return out
+    for key in overrides:
+        if key != "train":
+            reader.warnings.append(f"trainer_overrides.{key}: ignored (only `train` is read)")
+    train = overrides.get("train")
+    if isinstance(train, dict):
+        base = out.get("train_hparams")
+        out["train_hparams"] = _deep_merge(base if isinstance(base, dict) else {}, train)
+    elif train is not None:
+        reader.warnings.append("trainer_overrides.train: ignored (not an object)")
+    return out
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 def _qlora_value(field: str, value: Any, where: str, qlora: dict[str, Any], reader: Reader) -> None:
-    if field == "target_modules" and isinstance(value, str):
+    if field == "base_model" and (value is None or value == ""):
+        # The skill's empty `model` means its recipe's default; ours is the built-in base model.
+        reader.warnings.append(f"{where}: empty: the built-in base model")
+        return
+    if field == "target_modules" and isinstance(value, str) and value.strip() != "all-linear":
+        # The skill writes them as one comma-separated string.
         value = [m.strip() for m in value.split(",") if m.strip()] or value
     if field == "base_model" and isinstance(value, str):
         local = Path(value)

@@ -30,7 +30,8 @@ jsonl normalized: rows `{state, tools, action, meta?}`; env/run/episode from met
 `world_id`, `run` or `run_id`, `episode`), else the source name / the line.
 
 jsonl reasoning_trace: state = {last part of each dotted path in `state_fields`: value} (the full
-path when two last parts collide); tools from `tools_field` (else `tools_default`), action from
+path when two last parts collide; a row whose every state field is absent or empty is
+`missing_state`); tools from `tools_field` (else `tools_default`), action from
 `action_field` (else `action_default`); `meta_fields` copied into meta.
 
 router_jsonl: state = the `input` object (needs a non-empty `input.prompt_text`); action =
@@ -392,6 +393,13 @@ def _field_keys(paths: list[str]) -> dict[str, str]:
     return {path: k if last.count(k) == 1 else path for path, k in zip(paths, last, strict=True)}
 
 
+def _blank(value: Any) -> bool:
+    """Absent, null, or empty/whitespace text, or an empty object/list."""
+    if isinstance(value, str):
+        return not value.strip()
+    return value is _MISSING or value is None or value == {} or value == []
+
+
 class _ReasoningTrace:
     """Converter for `mode: reasoning_trace`: the field mapping resolved once per source."""
 
@@ -406,6 +414,9 @@ class _ReasoningTrace:
     def __call__(self, obj: dict[str, Any], path: Path, label: str, lineno: int) -> Row:
         source = self.source
         found = {key: dig(obj, dotted) for dotted, key in self.state_keys.items()}
+        if all(_blank(v) for v in found.values()):
+            # `{"question": ""}` holds no decision-relevant state: never trained on.
+            raise Invalid("missing_state")
         state = _state_text({k: v for k, v in found.items() if v is not _MISSING and v is not None})
         tools_raw = dig(obj, source.tools_field) if source.tools_field else _MISSING
         if tools_raw is _MISSING or tools_raw is None:
