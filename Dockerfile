@@ -28,6 +28,7 @@ RUN mkdir -p core app worker && touch core/__init__.py app/__init__.py worker/__
 COPY core ./core
 COPY app ./app
 COPY worker ./worker
+COPY trm_mcp ./trm_mcp
 COPY migrations ./migrations
 COPY alembic.ini ./
 COPY specs ./specs

@@ -11,9 +11,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio.to_thread
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
@@ -23,12 +24,13 @@ from app.intake import Intake
 from app.live import LiveHub
 from app.routes import artifacts, benches, dashboard, events, health, runs, uploads, workers
 from core.db import check_migrated, get_engine
-from core.errors import error_body
+from core.errors import ApiError, error_body
 from core.events import Publisher
 from core.queue import create_arq_pool
 from core.redisconn import sync_redis
 from core.schemas.specs import RUN_SPEC
 from core.settings import Settings, get_settings
+from trm_mcp.server import mounted
 
 log = logging.getLogger("trm.api")
 
@@ -88,6 +90,22 @@ class _TooLarge(Exception):
     pass
 
 
+class TokenGate:
+    """/mcp is an ASGI app, not a FastAPI route: the same token check runs before it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await require_token(Request(scope))
+        except ApiError as exc:
+            body = error_body(exc.code, exc.message, exc.details)
+            await JSONResponse(body, status_code=exc.status)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     engine = get_engine(settings)
@@ -108,7 +126,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await hub.start()
         trm.intake.start()
         app.state.trm = trm
-        yield
+        async with mcp_http.lifespan():
+            yield
         await trm.intake.stop()
         await hub.stop()
         if trm.pool is not None:
@@ -129,6 +148,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (runs, events, artifacts, uploads, benches, workers):
         app.include_router(module.router, dependencies=auth)
     app.include_router(health.router)
+    # The MCP server (trm_mcp) calls this same API in-process, with the caller's token.
+    mcp_http = mounted(app)
+    app.router.routes.append(Route("/mcp", TokenGate(mcp_http), include_in_schema=False))
 
     # The page loads without the token, then asks for it (every API call it makes needs it).
     app.include_router(dashboard.router)

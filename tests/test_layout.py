@@ -2,7 +2,8 @@
 inside functions included), no module over 500 lines, and the API process free of torch and of
 the worker.
 
-Floors, bottom up: `core` (the kernel both processes stand on) → `worker` and `app`. In `worker`,
+Floors, bottom up: `core` (the kernel both processes stand on) → `worker` and `app`; `trm_mcp`
+(the MCP server, an HTTP client of the API) stands on `core` and is mounted by `app`. In `worker`,
 `models` stands under the trainers and evaluation, which stand under the kinds, which the runner
 runs; the data rooms (`corpus`, `envs`) stand under all of them.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("core", "app", "worker")
+PACKAGES = ("core", "app", "worker", "trm_mcp")
 MAX_LINES = 500
 
 # (importer prefix, imported prefix, why it is refused). A prefix names a package or module.
@@ -27,6 +28,10 @@ FORBIDDEN = [
     ("core", "worker", "core is the floor under the worker"),
     ("worker", "app", "the worker stands on core, never on the API"),
     ("app", "worker", "the API never imports the worker (only its CLI may)"),
+    ("core", "trm_mcp", "core is the floor under the MCP server"),
+    ("worker", "trm_mcp", "the worker serves no MCP"),
+    ("trm_mcp", "app", "the MCP server is a client of the API: HTTP only"),
+    ("trm_mcp", "worker", "the MCP server is a client of the API: HTTP only"),
     ("worker.models", "worker.train", "models are the floor under the trainers"),
     ("worker.models", "worker.evaluate", "models are the floor under evaluation"),
     ("worker.models", "worker.kinds", "models know no kind"),

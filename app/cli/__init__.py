@@ -10,8 +10,9 @@ from collections.abc import Sequence
 import httpx
 
 from app.cli import bench, corpus, db, demo, envs, importspec, runs, schemas, server
+from trm_mcp import cli as mcp
 
-VERB_MODULES = (server, db, runs, demo, bench, corpus, envs, importspec, schemas)
+VERB_MODULES = (server, db, runs, demo, bench, corpus, envs, importspec, schemas, mcp)
 
 
 def build_parser() -> argparse.ArgumentParser:

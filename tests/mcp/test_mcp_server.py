@@ -1,0 +1,228 @@
+"""`trm mcp` through the MCP SDK's own client (`ClientSession`), over stdio and over streamable
+HTTP, against a live API and worker with a token: what an agent such as Hermes sees."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamablehttp_client
+
+from tests.conftest import ROOT, Service, run_async
+from tests.stack import create_database, drop_database, free_port, wait_for
+
+TOKEN = "mcp-s3cret"
+TOOLS = {
+    "submit_run", "start_bench", "get_run", "get_card", "wait_for_run", "cancel_run",
+    "list_runs", "list_benches", "read_artifact", "get_ledger",
+}  # fmt: skip
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> Iterator[str]:
+    """SQLite only: the server is an HTTP client, the database behind the API is not its
+    concern (the API's own tests run both)."""
+    url = create_database("sqlite", tmp_path)
+    yield url
+    drop_database(url)
+
+
+@pytest.fixture
+def guarded(env: dict[str, str], migrated: Any, tmp_path: Path) -> Iterator[Service]:
+    svc = Service({**env, "TRM_API_TOKEN": TOKEN}, tmp_path / "logs")
+    svc.http.headers["Authorization"] = f"Bearer {TOKEN}"
+    svc.start_api()
+    svc.start_worker()
+    yield svc
+    svc.stop()
+
+
+def stdio_params(svc: Service, token: str | None) -> StdioServerParameters:
+    env = {k: v for k, v in svc.env.items() if k != "TRM_API_TOKEN"}
+    env["TRM_URL"] = svc.url
+    if token is not None:
+        env["TRM_API_TOKEN"] = token
+    return StdioServerParameters(
+        command=sys.executable, args=["-m", "app.cli", "mcp"], env=env, cwd=str(ROOT)
+    )
+
+
+@asynccontextmanager
+async def over_stdio(svc: Service, token: str | None = TOKEN) -> AsyncIterator[ClientSession]:
+    async with (
+        stdio_client(stdio_params(svc, token)) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+@asynccontextmanager
+async def over_http(url: str, token: str | None = TOKEN) -> AsyncIterator[ClientSession]:
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    async with (
+        streamablehttp_client(url, headers=headers) as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+async def call(session: ClientSession, tool: str, **args: Any) -> Any:
+    result = await session.call_tool(tool, args)
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert not result.isError, f"{tool} answered an error: {text}"
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+async def error_of(session: ClientSession, tool: str, **args: Any) -> str:
+    result = await session.call_tool(tool, args)
+    assert result.isError, f"{tool} should have failed: {result.content}"
+    return str(result.content[0].text)  # type: ignore[union-attr]
+
+
+async def finish(session: ClientSession, run_id: str, rounds: int = 4) -> dict[str, Any]:
+    """wait_for_run until the run is finished, as an agent does (each call ends before 300 s)."""
+    for _ in range(rounds):
+        answer = await call(session, "wait_for_run", run_id=run_id, timeout_s=120)
+        if answer["finished"]:
+            return dict(answer)
+    raise AssertionError(f"run {run_id} not finished: {answer}")
+
+
+def test_stdio_agent_lists_tools_runs_routerbench_and_reads_the_scorecard(
+    guarded: Service,
+) -> None:
+    async def scenario() -> None:
+        async with over_stdio(guarded) as session:
+            listed = (await session.list_tools()).tools
+            assert {t.name for t in listed} == TOOLS
+            assert all(t.inputSchema.get("type") == "object" for t in listed)
+            submit = next(t for t in listed if t.name == "submit_run")
+            assert "bench" in json.dumps(submit.inputSchema["properties"]["spec"])
+            uris = {str(r.uri) for r in (await session.list_resources()).resources}
+            assert {"trm://benches", "trm://schemas/run-spec", "trm://schemas/bench"} <= uris
+            menu = await session.read_resource("trm://benches")  # type: ignore[arg-type]
+            assert "routerbench" in menu.contents[0].text  # type: ignore[union-attr]
+
+            # routerBench dry run: resolved and planned, then followed to the end.
+            args = {"name": "routerbench", "router": "none", "baseline": "none", "dry_run": True}
+            started = await call(session, "start_bench", **args)
+            run_id = started["run"]["id"]
+            again = await call(session, "start_bench", **args)
+            assert again["run"]["id"] == run_id  # a retried call is the same run
+            done = await finish(session, run_id)
+            assert done["run"]["status"] == "completed", done
+            assert run_id in done["card"]
+            resolved = await call(session, "read_artifact", run_id=run_id,
+                                  path="bench.resolved.json")  # fmt: skip
+            assert resolved["split"]["anchor"]
+
+            # A real (small) bench: the untrained router against itself, scored on CPU.
+            spec = {"kind": "bench", "bench": "routerbench", "router": "none", "baseline": "none"}
+            real = await call(session, "submit_run", spec=spec)
+            retried = await call(session, "submit_run", spec=spec)
+            assert retried["run"]["id"] == real["run"]["id"]
+            done = await finish(session, real["run"]["id"])
+            assert done["run"]["status"] == "completed", done
+            assert "scorecard.json" in done["next"]
+            card = await call(session, "read_artifact", run_id=real["run"]["id"],
+                              path="scorecard.json")  # fmt: skip
+            assert card["router"]["n"]["anchor"] > 0
+
+            # A bad spec: the API's error, naming the field, as a tool error.
+            text = await error_of(session, "submit_run", spec={"kind": "selftest", "steps": 0})
+            body = json.loads(text)
+            assert body["status"] == 422 and "steps" in text, text
+
+        # No token, then a wrong one: the tool error says 401 and how to set the token.
+        for token in (None, "wrong"):
+            async with over_stdio(guarded, token=token) as session:
+                text = await error_of(session, "list_runs")
+                assert "401" in text and "TRM_API_TOKEN" in text, text
+
+    run_async(scenario())
+
+
+def test_http_mount_and_standalone_serve_the_same_tools_behind_the_token(
+    guarded: Service,
+) -> None:
+    mount = f"{guarded.url}/mcp"
+    refused = httpx.post(mount, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"
+    port = free_port()
+    standalone = guarded.spawn(
+        "mcp-http", "mcp", "--http", "--port", str(port),
+        extra_env={"TRM_URL": guarded.url, "TRM_API_TOKEN": ""},
+    )  # fmt: skip
+    wait_for(lambda: _answers(port), 60, "trm mcp --http to listen")
+
+    async def scenario() -> None:
+        async with over_http(mount) as session:
+            assert {t.name for t in (await session.list_tools()).tools} == TOOLS
+            spec = {"kind": "selftest", "steps": 3, "step_seconds": 0.01}
+            started = await call(session, "submit_run", spec=spec, idempotency_key="mcp-http-1")
+            again = await call(session, "submit_run", spec=spec, idempotency_key="mcp-http-1")
+            assert again["run"]["id"] == started["run"]["id"]
+            done = await finish(session, started["run"]["id"])
+            assert done["run"]["status"] == "completed", done
+            summary = await call(session, "read_artifact", run_id=started["run"]["id"],
+                                 path="summary.json", max_bytes=40)  # fmt: skip
+            assert "[truncated: showing 40 of" in summary
+            text = await error_of(session, "get_run", run_id="no-such-run")
+            assert json.loads(text)["status"] == 404
+        # The standalone server forwards the caller's Authorization header to the API.
+        async with over_http(f"http://127.0.0.1:{port}/mcp") as session:
+            benches = await call(session, "list_benches")
+            assert "routerbench" in json.dumps(benches)
+        async with over_http(f"http://127.0.0.1:{port}/mcp", token=None) as session:
+            assert "401" in await error_of(session, "list_benches")
+
+    try:
+        run_async(scenario())
+    finally:
+        guarded.terminate(standalone)
+
+
+def _answers(port: int) -> bool:
+    try:
+        httpx.get(f"http://127.0.0.1:{port}/mcp", timeout=2)
+        return True
+    except httpx.TransportError:
+        return False
+
+
+@pytest.mark.skipif(shutil.which("hermes") is None, reason="hermes-agent is not installed")
+def test_hermes_mcp_test_passes_against_trm_mcp(guarded: Service, tmp_path: Path) -> None:
+    params = stdio_params(guarded, TOKEN)
+    home = tmp_path / "hermes"
+    home.mkdir()
+    config = {
+        "mcp_servers": {
+            "trm": {
+                "command": params.command,
+                "args": params.args,
+                "env": {"TRM_URL": guarded.url, "TRM_API_TOKEN": TOKEN},
+            }
+        }
+    }
+    (home / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
+    out = subprocess.run(
+        ["hermes", "mcp", "test", "trm"], env={**params.env, "HERMES_HOME": str(home)},  # type: ignore[dict-item]
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "wait_for_run" in out.stdout

@@ -1,0 +1,93 @@
+"""The API as the MCP tools see it: async calls that return JSON or raise `ApiFailure`, which
+carries our error body (code, message, details) so that a tool error names the field to fix."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def api_url() -> str:
+    # The same order as the CLI (app/client.py): TRM_URL wins over TRM_API_URL.
+    return os.environ.get("TRM_URL") or os.environ.get("TRM_API_URL") or DEFAULT_URL
+
+
+class ApiFailure(Exception):
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        self.status, self.body = status, body
+        super().__init__(json.dumps(body))
+
+
+def auth_hint(status: int) -> str | None:
+    if status != 401:
+        return None
+    return (
+        "401 unauthorized: the API wants a token. Set TRM_API_TOKEN in the MCP server's "
+        "environment (Hermes: mcp_servers.trm.env.TRM_API_TOKEN), or over HTTP send "
+        "`Authorization: Bearer <token>` (Hermes: mcp_servers.trm.headers)."
+    )
+
+
+class Api:
+    """One API, one token. `client` is given when the API mounts the server (in-process calls)."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.http = client
+
+    @classmethod
+    def from_env(cls, authorization: str | None = None) -> Api:
+        token = os.environ.get("TRM_API_TOKEN")
+        if authorization is None and token:
+            authorization = f"Bearer {token}"
+        headers = {"Authorization": authorization} if authorization else {}
+        return cls(httpx.AsyncClient(base_url=api_url(), headers=headers, timeout=30))
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Response:
+        clean = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            response = await self.http.request(
+                method, path, json=json_body, params=clean, headers=headers
+            )
+        except httpx.TransportError as exc:
+            raise ApiFailure(
+                0,
+                {
+                    "error": {
+                        "code": "unreachable",
+                        "message": f"cannot reach the API at {self.http.base_url} ({exc}); "
+                        "point TRM_URL at the server (`trm up` prints it)",
+                        "details": None,
+                    }
+                },
+            ) from exc
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+            except json.JSONDecodeError:
+                body = {"error": {"code": "http_error", "message": response.text[:2000]}}
+            if not isinstance(body, dict) or "error" not in body:
+                body = {"error": {"code": "http_error", "message": str(body)[:2000]}}
+            body["status"] = response.status_code
+            if hint := auth_hint(response.status_code):
+                body["hint"] = hint
+            raise ApiFailure(response.status_code, body)
+        return response
+
+    async def json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return (await self.call(method, path, **kwargs)).json()
+
+    async def aclose(self) -> None:
+        await self.http.aclose()

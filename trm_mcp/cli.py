@@ -1,0 +1,31 @@
+"""`trm mcp`: the verb (registered by app/cli like every other verb group)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "mcp",
+        help="an MCP server over the API for agents such as Hermes (stdio; --http to serve)",
+        description="Serves the API's tools over MCP. Talks to TRM_URL (or TRM_API_URL) with "
+        "TRM_API_TOKEN; see docs/hermes.md.",
+    )
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp, not stdio")
+    p.add_argument("--host", default="127.0.0.1", help="with --http (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="with --http (default: 8765)")
+    p.set_defaults(func=cmd_mcp)
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    # The SDK loads only when the verb runs, so that every other verb starts as fast as before.
+    from trm_mcp import server
+
+    if args.http:
+        server.run_http(args.host, args.port)
+    else:
+        import anyio
+
+        anyio.run(server.run_stdio)
+    return 0

@@ -1,0 +1,175 @@
+"""The MCP server: the tools of `trm_mcp.tools` on the SDK's low-level `Server`, served over
+stdio (`trm mcp`), streamable HTTP (`trm mcp --http`), or mounted in the API at /mcp.
+
+The low-level server, not FastMCP: the input schemas are ours (built from the spec models), and
+a spec goes to the API unvalidated here so that the error that comes back is the API's, naming
+the field, the same one `POST /runs` gives."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+from mcp import types
+from mcp.server.lowlevel import Server
+from mcp.server.lowlevel.helper_types import ReadResourceContents
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from pydantic import AnyUrl
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from core.schemas.specs import RUN_SPEC, SPEC_MODELS
+from trm_mcp.api import Api, ApiFailure
+from trm_mcp.tools import compact, tools
+
+# Given the HTTP request of a call (None over stdio), the API to call with whose token.
+ApiFor = Callable[[Any], Api]
+
+INSTRUCTIONS = (
+    "TRM trainer service: train, bench (routerBench: start_bench name=routerbench) and "
+    "hill-climb small controller models. Start a run, then wait_for_run until it is finished, "
+    "then read_artifact scorecard.json (bench) or summary.json."
+)
+
+
+def env_api(request: Any) -> Api:
+    """Over stdio the environment's token; over HTTP the caller's Authorization header if sent."""
+    header = request.headers.get("authorization") if request is not None else None
+    return Api.from_env(authorization=header)
+
+
+def resources() -> dict[str, tuple[str, str]]:
+    """uri -> (name, description); the schemas are the ones `trm schemas` writes."""
+    out = {"trm://benches": ("benches", "the bench menu: names, what each measures, defaults")}
+    out["trm://schemas/run-spec"] = ("run-spec schema", "JSON Schema of any run spec")
+    for kind in SPEC_MODELS:
+        out[f"trm://schemas/{kind}"] = (f"{kind} spec schema", f"JSON Schema of a {kind} spec")
+    return out
+
+
+def build_server(api_for: ApiFor = env_api) -> Server:
+    server: Server = Server("trm", instructions=INSTRUCTIONS)
+    table = {tool.name: tool for tool in tools()}
+
+    @server.list_tools()
+    async def list_tools() -> list[types.Tool]:
+        return [
+            types.Tool(name=t.name, description=t.description, inputSchema=t.schema)
+            for t in table.values()
+        ]
+
+    # validate_input off: the API's own validation answers, naming the field as POST /runs does.
+    @server.call_tool(validate_input=False)
+    async def call_tool(name: str, arguments: dict[str, Any]) -> Any:
+        tool = table.get(name)
+        if tool is None:
+            return error_result({"error": {"code": "not_found", "message": f"no tool {name!r}"}})
+        missing = [k for k in tool.schema.get("required", []) if k not in arguments]
+        if missing:
+            return error_result(
+                {"error": {"code": "validation_error", "message": f"{missing[0]}: required",
+                           "details": [{"field": m, "message": "required"} for m in missing]}}
+            )  # fmt: skip
+        api = api_for(server.request_context.request)
+        try:
+            result = await tool.handler(api, arguments)
+        except ApiFailure as failure:
+            return error_result(failure.body)
+        finally:
+            await api.aclose()
+        text = result if isinstance(result, str) else compact(result)
+        return [types.TextContent(type="text", text=text)]
+
+    @server.list_resources()
+    async def list_resources() -> list[types.Resource]:
+        return [
+            types.Resource(uri=AnyUrl(uri), name=name, description=desc,
+                           mimeType="application/json")
+            for uri, (name, desc) in resources().items()
+        ]  # fmt: skip
+
+    @server.read_resource()
+    async def read_resource(uri: AnyUrl) -> list[ReadResourceContents]:
+        key = str(uri)
+        if key == "trm://benches":
+            api = api_for(server.request_context.request)
+            try:
+                data: Any = await api.json("GET", "/benches")
+            finally:
+                await api.aclose()
+        elif key == "trm://schemas/run-spec":
+            data = RUN_SPEC.json_schema()
+        elif key.removeprefix("trm://schemas/") in SPEC_MODELS:
+            data = SPEC_MODELS[key.removeprefix("trm://schemas/")].model_json_schema()
+        else:
+            raise ValueError(f"no resource {key}; known: {', '.join(resources())}")
+        return [ReadResourceContents(content=json.dumps(data), mime_type="application/json")]
+
+    return server
+
+
+def error_result(body: dict[str, Any]) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=compact(body))], isError=True
+    )
+
+
+async def run_stdio() -> None:
+    from mcp.server.stdio import stdio_server
+
+    server = build_server()
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+class StreamableHttp:
+    """The streamable HTTP transport as one ASGI app; `lifespan()` must run around serving."""
+
+    def __init__(self, api_for: ApiFor = env_api) -> None:
+        # Stateless: each POST stands alone, so a restarted API or a second API process behind
+        # a balancer serves any call; there is nothing to resume between a client's calls.
+        self.manager = StreamableHTTPSessionManager(
+            app=build_server(api_for), json_response=True, stateless=True
+        )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        async with self.manager.run():
+            yield
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.manager.handle_request(scope, receive, send)
+
+
+def mounted(api_app: ASGIApp) -> StreamableHttp:
+    """For the API's /mcp: calls go to the API in-process with the caller's own token."""
+
+    def api_for(request: Any) -> Api:
+        header = request.headers.get("authorization") if request is not None else None
+        client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=api_app),
+            base_url="http://trm-api",
+            headers={"Authorization": header} if header else {},
+            timeout=30,
+        )
+        return Api(client)
+
+    return StreamableHttp(api_for)
+
+
+def run_http(host: str, port: int) -> None:
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    transport = StreamableHttp()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        async with transport.lifespan():
+            yield
+
+    app = Starlette(routes=[Mount("/mcp", app=transport)], lifespan=lifespan)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
