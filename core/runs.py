@@ -29,6 +29,7 @@ from core.runstate import set_status
 from core.schemas.specs import SPEC_MODELS, queue_for, step_limits
 from core.schemas.strings import refuse_unstorable, string_problem
 from core.settings import Settings
+from core.submit_checks import check_submit
 
 log = logging.getLogger("trm.runs")
 # The database is not answering: no run of a batch can be written, each sender gets the 503.
@@ -134,9 +135,11 @@ def prepare_run(
     spec = validate_spec(body, settings)
     resolved = spec.model_dump(mode="json")
     resolve_api_paths(resolved, settings.data_dir, settings.model_cache)
+    check_submit(resolved, settings, spec.dry_run)
     return Run(
         kind=spec.kind,
-        queue=queue_for(spec),
+        # A dry run only resolves and checks: it must not wait behind training for the gpu slot.
+        queue="cpu" if spec.dry_run else queue_for(spec),
         name=spec.name,
         parent_id=parent_id,
         spec=resolved,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from datetime import timedelta
 from pathlib import Path
@@ -26,7 +27,10 @@ router = APIRouter(tags=["health"])
 
 @router.get("/healthz")
 def healthz() -> dict[str, str]:
-    return {"status": "ok"}
+    # `trm up` names its API with a fresh id, so it knows the answer is its own process and
+    # not another service that already held the port.
+    instance = os.environ.get("TRM_INSTANCE_ID")
+    return {"status": "ok", "instance": instance} if instance else {"status": "ok"}
 
 
 def _database(app: AppState) -> dict[str, Any]:

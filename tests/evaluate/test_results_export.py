@@ -30,8 +30,13 @@ def test_primehub_benches_score_a_results_export_and_name_a_missing_one(
         runs[name] = response.json()["id"]
     missing = service.http.post(
         "/benches/primehub-envs", json={"results_jsonl": "exports/gone.jsonl"}
+    )  # refused at submit (issue 22), not a run that fails after its turn in the queue
+    assert missing.status_code == 422, missing.text
+    assert missing.json()["error"]["details"][0]["field"] == "results_jsonl"
+    assert (
+        str(Path(settings.data_dir).resolve() / "exports" / "gone.jsonl")
+        in missing.json()["error"]["message"]
     )
-    assert missing.status_code == 202, missing.text
     service.start_worker()
 
     for name, run_id in runs.items():
@@ -60,11 +65,3 @@ def test_primehub_benches_score_a_results_export_and_name_a_missing_one(
         assert manifests  # the anchor corpus built from the export, with its accounting
         corpus = service.http.get(f"/runs/{run_id}/artifacts/{manifests[0]}").json()
         assert corpus["invalid"] == {"action_not_in_tools": EXPECTED["invalid_rows"]}
-
-    failed = service.wait_status(missing.json()["id"], "completed", "failed", timeout=120)
-    assert failed["status"] == "failed"
-    assert failed["failure_class"] == "dependency"
-    assert (
-        str(Path(settings.data_dir).resolve() / "exports" / "gone.jsonl")
-        in failed["failure_reason"]
-    )

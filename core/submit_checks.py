@@ -1,0 +1,81 @@
+"""What can be known at submit about what a run will read: its data files exist, the runs a bench
+names exist, a bench has something to compare. A 422 naming the field now instead of a 202 that
+fails after its turn in the queue (issue 22).
+
+Runs after `resolve_api_paths`, so every path here is already under DATA_DIR: a path outside it
+got the one refusal that does not say whether it exists.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlmodel import Session, col, select
+
+from core.benches.menu import bench_names, load_entry
+from core.db import get_engine
+from core.errors import ApiError
+from core.models import Run
+from core.paths import BENCH_REF, spec_path_fields
+from core.settings import Settings
+
+HOW_TO_PASS_A_ROUTER = (
+    'not given, so this bench would compare the untrained model with itself; pass {"router": '
+    '"<train run id>"} (`trm demo` trains one), or {"router": "none"} to bench the untrained '
+    "model on purpose"
+)
+
+
+def _refuse(field: str, message: str) -> ApiError:
+    return ApiError(
+        422, "validation_error", f"{field}: {message}", [{"field": field, "message": message}]
+    )
+
+
+def _generated_on_first_use(path: Path, data_dir: Path) -> bool:
+    """DATA_DIR/benches/<name>/ of a shipped bench: the worker generates it (train.py)."""
+    benches = (data_dir / "benches").resolve()
+    if not path.resolve().is_relative_to(benches) or path.resolve() == benches:
+        return False
+    return path.resolve().relative_to(benches).parts[0] in bench_names()
+
+
+def check_data_paths(resolved: dict[str, Any], data_dir: Path) -> None:
+    for field, container, key in spec_path_fields(resolved):
+        path = Path(container[key])
+        if not path.exists() and not _generated_on_first_use(path, data_dir):
+            raise _refuse(field, f"{path} does not exist (under TRM_DATA_DIR {data_dir})")
+
+
+def _run_id(ref: Any) -> str | None:
+    """The run id of a bench side naming a run (`RUN` or `RUN:root|final`); None otherwise."""
+    return ref.split(":")[0] if isinstance(ref, str) and BENCH_REF.match(ref) else None
+
+
+def check_bench(resolved: dict[str, Any], settings: Settings, dry_run: bool) -> None:
+    if resolved.get("kind") != "bench":
+        return
+    sides = {side: _run_id(resolved.get(side)) for side in ("router", "baseline")}
+    wanted = {run_id for run_id in sides.values() if run_id}
+    if wanted:
+        with Session(get_engine(settings)) as db:
+            known = set(db.exec(select(Run.id).where(col(Run.id).in_(wanted))).all())
+        for side, run_id in sides.items():
+            if run_id and run_id not in known:
+                raise _refuse(side, f"no run {run_id}")
+    if dry_run or resolved.get("router") is not None or resolved.get("results_jsonl"):
+        return
+    try:
+        defaults = load_entry(str(resolved.get("bench")))["defaults"]
+    except KeyError:
+        return  # the bench name's own 404/422 says it
+    baseline = resolved.get("baseline") or defaults.get("baseline")
+    if defaults.get("router") == "none" and baseline == "none":
+        raise _refuse("router", HOW_TO_PASS_A_ROUTER)
+
+
+def check_submit(resolved: dict[str, Any], settings: Settings, dry_run: bool) -> None:
+    """The 422 of the first thing a run would miss; nothing when all is there."""
+    check_data_paths(resolved, settings.data_dir)
+    check_bench(resolved, settings, dry_run)
