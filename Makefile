@@ -7,8 +7,9 @@ setup:
 test:
 	scripts/test.sh
 
+# Flags pass through: make demo ARGS=--qlora, make demo ARGS='--exit --port 8001'.
 demo:
-	scripts/demo.sh
+	scripts/demo.sh $(ARGS)
 
 up: setup
 	.venv/bin/trm up

@@ -1,5 +1,5 @@
-"""A small HTTP client for the API (the CLI uses it; so can scripts). Reads TRM_API_URL and
-TRM_API_TOKEN from the environment."""
+"""A small HTTP client for the API (the CLI uses it; so can scripts). Reads the API's address from
+TRM_URL (the skill's name; TRM_API_URL is read too, TRM_URL wins) and TRM_API_TOKEN."""
 
 from __future__ import annotations
 
@@ -20,9 +20,17 @@ class ApiCallError(RuntimeError):
         super().__init__(err.get("message") or f"HTTP {status}: {body}")
 
 
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def api_url(given: str | None = None) -> str:
+    """`--url`, else TRM_URL, else TRM_API_URL, else the default `trm up` address."""
+    return given or os.environ.get("TRM_URL") or os.environ.get("TRM_API_URL") or DEFAULT_URL
+
+
 class Client:
     def __init__(self, base_url: str | None = None, token: str | None = None, timeout: float = 30):
-        self.base_url = base_url or os.environ.get("TRM_API_URL") or "http://127.0.0.1:8000"
+        self.base_url = api_url(base_url)
         token = token or os.environ.get("TRM_API_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)

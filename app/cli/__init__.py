@@ -3,20 +3,37 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 
 import httpx
 
 from app.cli import bench, corpus, db, demo, envs, importspec, runs, schemas, server
+from app.client import api_url
 from trm_mcp import cli as mcp
 
 VERB_MODULES = (server, db, runs, demo, bench, corpus, envs, importspec, schemas, mcp)
 
 
+SETTINGS = """settings (environment, or a .env file in the current folder):
+  TRM_URL            the API the client verbs talk to (also read: TRM_API_URL; TRM_URL wins;
+                     --url overrides both; default http://127.0.0.1:8000; `trm up` prints it)
+  TRM_API_TOKEN      the bearer token the API requires (default: none, an open API)
+  TRM_DATABASE_URL   sqlite:///... or postgresql://... (default: sqlite:///./var/trm.db)
+  TRM_REDIS_URL      the queue's Redis (default: unset; `trm up`/`trm demo` start a private one)
+  TRM_RUNS_DIR       run folders (default: ./var/runs)
+  TRM_DATA_DIR       the only folder specs may read data from (default: ./var/data)
+  TRM_MODEL_CACHE    base models (default: ./var/models)
+./var is relative to the folder trm is started in."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="trm", description="TRM trainer service")
+    parser = argparse.ArgumentParser(
+        prog="trm",
+        description="TRM trainer service",
+        epilog=SETTINGS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     for module in VERB_MODULES:
         module.register(sub)
@@ -31,10 +48,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except httpx.TransportError as exc:
-        url = os.environ.get("TRM_API_URL") or "http://127.0.0.1:8000"
+        url = api_url(getattr(args, "url", None))
         print(
             f"trm: cannot reach the API at {url} ({exc}); is `trm up` running? "
-            "Point TRM_API_URL at the server.",
+            "Point TRM_URL (or --url) at the server.",
             file=sys.stderr,
         )
         return 1

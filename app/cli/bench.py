@@ -7,24 +7,41 @@ import json
 import sys
 from typing import Any
 
-from app.cli.runs import _fail, _watch
+from app.cli.runs import _fail, _watch, add_url
 from app.client import ApiCallError, Client
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="run a bench from the menu (specs/benches)")
     p.add_argument("name", help="routerbench, primehub-envs, primehub-baseline, ...")
-    p.add_argument("--dry-run", action="store_true", help="resolve and print the config only")
-    p.add_argument("--router", help="none, a run id, RUN:root|final, or an artifact path")
-    p.add_argument("--baseline", help="none, a run id, RUN:root|final, or an artifact path")
-    p.add_argument("--repeats", type=int)
-    p.add_argument("--results-jsonl", help="a verifiers results export under DATA_DIR")
-    p.add_argument("--watch", action="store_true", help="then follow its card until it ends")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="resolve and print the config only (default: run the bench)",
+    )
+    p.add_argument(
+        "--router",
+        help="what is benched: none, a train run id, RUN:root|final, or an artifact path "
+        "(default: none; a bench of none against the none baseline is refused: say which)",
+    )
+    p.add_argument(
+        "--baseline",
+        help="what it is compared with: none, a run id, RUN:root|final, or an artifact path "
+        "(default: none, the untrained model)",
+    )
+    p.add_argument("--repeats", type=int, help="episodes per world repeated (default: 1)")
+    p.add_argument(
+        "--results-jsonl", help="a verifiers results export under DATA_DIR (default: none)"
+    )
+    p.add_argument(
+        "--watch", action="store_true", help="then follow its card until it ends (default: off)"
+    )
+    add_url(p)
     p.set_defaults(func=cmd_bench)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    client = Client()
+    client = Client(args.url)
     body: dict[str, Any] = {
         k: v
         for k, v in (

@@ -32,7 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     build.add_argument("spec", type=Path, help="corpus spec (or train spec) JSON file")
     build.add_argument("--out", type=Path, required=True, help="folder for the corpus files")
     build.add_argument(
-        "--dry-run", action="store_true", help="read and validate only; write nothing"
+        "--dry-run",
+        action="store_true",
+        help="read and validate only; write nothing (default: off)",
     )
     build.set_defaults(func=handle_build)
 

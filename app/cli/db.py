@@ -12,7 +12,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     db = sub.add_parser("db", help="database schema (alembic)")
     verbs = db.add_subparsers(dest="db_verb", required=True, metavar="VERB")
     up = verbs.add_parser("upgrade", help="migrate the database to the code's schema")
-    up.add_argument("--revision", default="head")
+    up.add_argument(
+        "--revision", default="head", help="the alembic revision to reach (default: head)"
+    )
     up.set_defaults(func=cmd_upgrade)
     cur = verbs.add_parser("current", help="print the database's and the code's revisions")
     cur.set_defaults(func=cmd_current)

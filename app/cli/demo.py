@@ -11,13 +11,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from app.cli.runs import load_spec
-from app.cli.server import LocalStack, serve_until_stopped
+from app.cli.server import LocalStack, export_line, serve_until_stopped, stopped_on_exit
 from app.client import ApiCallError, Client
+from core.card import eta_text
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 HEADLINE = ("train_score", "anchor_score", "failure_rate", "recovery_rate", "generalization_gap")
@@ -25,20 +27,64 @@ HEADLINE = ("train_score", "anchor_score", "failure_rate", "recovery_rate", "gen
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="the routerBench demo: train, bench, print the scorecard")
-    p.add_argument("--qlora", action="store_true", help="also train a SmolLM2 QLoRA adapter")
-    p.add_argument("--exit", action="store_true", help="stop the service when done")
-    p.add_argument("--port", type=int, default=None)
+    p.add_argument(
+        "--qlora",
+        action="store_true",
+        help="also train a SmolLM2 QLoRA adapter and bench it (default: off; needs the model)",
+    )
+    p.add_argument(
+        "--exit",
+        action="store_true",
+        help="stop the service when done (default: keep it up for the dashboard until Ctrl-C)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="start the service and run the train spec as a dry run only: no training, no bench "
+        "(default: off)",
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="the API's port; in use: refused (default: TRM_API_PORT or 8000; in use: a free "
+        "one, printed)",
+    )
     p.set_defaults(func=cmd_demo)
 
 
-def follow(client: Client, run: dict[str, Any], label: str) -> dict[str, Any]:
-    """Print the card each time a stage changes and the final card; return the ended run."""
-    print(f"\n== {label}: run {run['id']}")
+def progress_line(data: dict[str, Any]) -> str:
+    """The card's step/loss line, one line per print (what `trm watch` redraws in place)."""
+    step = data.get("step")
+    total = data.get("total_steps")
+    loss = data.get("loss")
+    return (
+        f"   {data.get('phase') or data.get('status') or '-':16} "
+        + (f"step {step}/{total}" if step is not None and total else f"step {step or '-'}")
+        + (f"  loss {loss:.4f}" if isinstance(loss, int | float) else "")
+        + f"  {float(data.get('percent') or 0):5.1f}%  ETA {eta_text(data.get('eta_s'))}"
+    )
+
+
+def follow(client: Client, run: dict[str, Any], label: str, every_s: float = 5.0) -> dict[str, Any]:
+    """Print each stage as it starts, a progress line at most every `every_s` seconds (and on
+    each new phase), then the final card and the run's status; return the ended run."""
+    print(f"\n== {label}: run {run['id']}", flush=True)
+    printed_at, phase = 0.0, None
     for event in client.events(run["id"]):
-        if event["type"] == "stage" and event["data"]["status"] in ("running", "failed"):
-            print(f"   stage {event['data']['stage']:16} {event['data']['status']}")
+        data = event["data"]
+        if event["type"] == "stage" and data["status"] in ("running", "failed"):
+            print(f"   stage {data['stage']:16} {data['status']}", flush=True)
+        elif event["type"] == "card" and data.get("step") is not None:
+            now = time.monotonic()
+            if now - printed_at >= every_s or data.get("phase") != phase:
+                print(progress_line(data), flush=True)
+                printed_at, phase = now, data.get("phase")
     print(client.card_text(run["id"]), end="")
-    return client.run(run["id"])
+    ended = client.run(run["id"])
+    reason = f": {ended['failure_reason']}" if ended.get("failure_reason") else ""
+    print(f"run {ended['id']} {ended['status']}{reason}", flush=True)
+    return ended
 
 
 def submit(client: Client, spec: dict[str, Any], label: str) -> dict[str, Any] | None:
@@ -59,29 +105,33 @@ def artifact(client: Client, run_id: str, path: str) -> dict[str, Any] | None:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     stack = LocalStack(port=args.port)
-    try:
-        url = stack.start(quiet=True)
-    except RuntimeError as exc:
-        print(f"trm demo: {exc}", file=sys.stderr)
-        stack.stop()
-        return 1
-    print(f"trm demo: service on {url} (SQLite under ./var/, embedded Redis)")
-    client = Client(base_url=url)
-    code = 0
-    try:
-        code = run_demo(client, args)
-    except ApiCallError as exc:
-        print(f"trm demo: {exc}", file=sys.stderr)
-        code = 1
-    print(f"\ndashboard and API: {url}   (trm runs / trm show RUN / trm watch RUN)")
-    if args.exit:
-        stack.stop()
-        return code
-    print("Ctrl-C stops the service.")
-    return serve_until_stopped(stack) or code
+    with stopped_on_exit(stack):
+        try:
+            url = stack.start(quiet=True)
+        except RuntimeError as exc:
+            print(f"trm demo: {exc}", file=sys.stderr)
+            return 1
+        print(f"trm demo: service on {url} (SQLite under ./var/, embedded Redis)")
+        print(f"  {export_line(url)}   (for trm runs / trm watch in another shell)", flush=True)
+        client = Client(base_url=url)
+        code = 0
+        try:
+            code = run_demo(client, args)
+        except ApiCallError as exc:
+            print(f"trm demo: {exc}", file=sys.stderr)
+            code = 1
+        print(f"\ndashboard and API: {url}   (trm runs / trm show RUN / trm watch RUN)")
+        if args.exit:
+            return code
+        print("Ctrl-C stops the service.", flush=True)
+        return serve_until_stopped(stack) or code
+    return 1  # not reached: the block returns or raises
 
 
 def run_demo(client: Client, args: argparse.Namespace) -> int:
+    if args.dry_run:
+        dry = submit(client, load_spec(SPECS / "train-routerbench-trm.dry.json"), "train dry run")
+        return 0 if dry and dry["status"] == "completed" else 1
     trained = submit(client, load_spec(SPECS / "train-routerbench-trm.json"), "train trm")
     if trained is None:
         dry = submit(client, load_spec(SPECS / "train-routerbench-trm.dry.json"), "train dry run")

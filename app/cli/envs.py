@@ -50,7 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=["trm_play_root"],
         help=f"comma-separated, from {','.join(FORMAT_NAMES)} (default trm_play_root)",
     )
-    gen.add_argument("--force", action="store_true", help="replace data generated there before")
+    gen.add_argument(
+        "--force", action="store_true", help="replace data generated there before (default: off)"
+    )
     gen.set_defaults(func=generate_logs)
 
     bench = verbs.add_parser("bench", help="generate a shipped bench's data into DATA_DIR (once)")

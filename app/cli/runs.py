@@ -8,35 +8,63 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.client import ApiCallError, Client
+from app.client import DEFAULT_URL, ApiCallError, Client
 from core.card import Card, render_text
 from core.paths import resolve_spec_file_path, spec_path_fields
 
 TERMINAL = ("completed", "failed", "cancelled")
 
 
+def add_url(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--url",
+        default=None,
+        help="the API's address (default: $TRM_URL, else $TRM_API_URL, else " + DEFAULT_URL + ")",
+    )
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("submit", help="submit a run spec (JSON file)")
-    p.add_argument("file", type=Path)
-    p.add_argument("--idempotency-key", default=None)
-    p.add_argument("--watch", action="store_true", help="then follow its card until it ends")
+    p.add_argument("file", type=Path, help="the run spec, a JSON file (specs/ has samples)")
+    p.add_argument(
+        "--idempotency-key",
+        default=None,
+        help="the same key and spec give the same run, never a second one (default: none)",
+    )
+    p.add_argument(
+        "--watch", action="store_true", help="then follow its card until it ends (default: off)"
+    )
+    add_url(p)
     p.set_defaults(func=cmd_submit)
     p = sub.add_parser("runs", help="list runs, newest first")
-    p.add_argument("--kind")
-    p.add_argument("--status")
-    p.add_argument("--parent")
-    p.add_argument("--limit", type=int, default=20)
+    p.add_argument(
+        "--kind", help="only this kind: train, bench, hillclimb, selftest (default: all)"
+    )
+    p.add_argument(
+        "--status",
+        help="only this status: queued, running, completed, failed, cancelled (default: all)",
+    )
+    p.add_argument("--parent", help="only the children of this run id (default: all)")
+    p.add_argument("--limit", type=int, default=20, help="at most this many (default: 20)")
+    add_url(p)
     p.set_defaults(func=cmd_runs)
     p = sub.add_parser("show", help="one run: card, stages, failure")
-    p.add_argument("run")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("run", help="the run id")
+    p.add_argument(
+        "--json", action="store_true", help="print the run as the API's JSON (default: text)"
+    )
+    add_url(p)
     p.set_defaults(func=cmd_show)
     p = sub.add_parser("cancel", help="cancel a run")
-    p.add_argument("run")
+    p.add_argument("run", help="the run id")
+    add_url(p)
     p.set_defaults(func=cmd_cancel)
     p = sub.add_parser("watch", help="follow a run's card live (SSE)")
-    p.add_argument("run")
-    p.add_argument("--once", action="store_true", help="print the card once and exit")
+    p.add_argument("run", help="the run id")
+    p.add_argument(
+        "--once", action="store_true", help="print the card once and exit (default: follow)"
+    )
+    add_url(p)
     p.set_defaults(func=cmd_watch)
 
 
@@ -69,7 +97,7 @@ def load_spec(path: Path) -> dict[str, Any]:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    client = Client()
+    client = Client(args.url)
     try:
         run = client.submit(load_spec(args.file), args.idempotency_key)
     except (ApiCallError, OSError) as exc:
@@ -80,7 +108,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     try:
-        page = Client().runs(
+        page = Client(args.url).runs(
             kind=args.kind, status=args.status, parent=args.parent, limit=args.limit
         )
     except ApiCallError as exc:
@@ -95,7 +123,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    client = Client()
+    client = Client(args.url)
     try:
         run = client.run(args.run)
     except ApiCallError as exc:
@@ -119,7 +147,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     try:
-        run = Client().cancel(args.run)
+        run = Client(args.url).cancel(args.run)
     except ApiCallError as exc:
         return _fail(exc)
     note = " (cancel requested; the worker stops it)" if run["status"] == "running" else ""
@@ -128,7 +156,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    client = Client()
+    client = Client(args.url)
     if args.once:
         try:
             print(client.card_text(args.run), end="")

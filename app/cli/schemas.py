@@ -11,8 +11,17 @@ from core.schemas.specs import RUN_SPEC, SPEC_MODELS
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("schemas", help="write the run specs' JSON Schemas")
-    p.add_argument("--out", type=Path, default=Path("specs/schemas"))
-    p.add_argument("--check", action="store_true", help="fail if the files on disk are stale")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("specs/schemas"),
+        help="the folder written (default: specs/schemas)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; fail if the files on disk are stale (default: off)",
+    )
     p.set_defaults(func=cmd_schemas)
 
 

