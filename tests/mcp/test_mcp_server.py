@@ -16,7 +16,8 @@ import httpx
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamablehttp_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tests.conftest import ROOT, Service, run_async
 from tests.stack import create_database, drop_database, free_port, wait_for
@@ -71,7 +72,8 @@ async def over_stdio(svc: Service, token: str | None = TOKEN) -> AsyncIterator[C
 async def over_http(url: str, token: str | None = TOKEN) -> AsyncIterator[ClientSession]:
     headers = {"Authorization": f"Bearer {token}"} if token else None
     async with (
-        streamablehttp_client(url, headers=headers) as (read, write, _),
+        create_mcp_http_client(headers=headers) as http,
+        streamable_http_client(url, http_client=http) as (read, write, _),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
