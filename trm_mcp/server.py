@@ -17,6 +17,7 @@ from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AnyUrl
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -127,12 +128,15 @@ async def run_stdio() -> None:
 class StreamableHttp:
     """The streamable HTTP transport as one ASGI app; `lifespan()` must run around serving."""
 
-    def __init__(self, api_for: ApiFor = env_api) -> None:
+    def __init__(
+        self, api_for: ApiFor = env_api, security: TransportSecuritySettings | None = None
+    ) -> None:
         # Stateless: each POST stands alone, so a restarted API or a second API process behind
         # a balancer serves any call; there is nothing to resume between a client's calls.
         self.manager = StreamableHTTPSessionManager(
-            app=build_server(api_for), json_response=True, stateless=True
-        )
+            app=build_server(api_for), json_response=True, stateless=True,
+            security_settings=security,
+        )  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
@@ -162,14 +166,24 @@ def mounted(api_app: ASGIApp) -> StreamableHttp:
 def run_http(host: str, port: int) -> None:
     import uvicorn
     from starlette.applications import Starlette
-    from starlette.routing import Mount
+    from starlette.routing import Route
 
-    transport = StreamableHttp()
+    # On loopback it calls the API with the environment's token for any caller that sends none:
+    # a web page must not reach it by rebinding a name to 127.0.0.1 (the Host header tells).
+    loopback = ["127.0.0.1", "localhost", "[::1]"]
+    security = None
+    if host in ("127.0.0.1", "localhost", "::1"):
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=[f"{h}:*" for h in loopback],
+            allowed_origins=[f"http://{h}:*" for h in loopback],
+        )
+    transport = StreamableHttp(security=security)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         async with transport.lifespan():
             yield
 
-    app = Starlette(routes=[Mount("/mcp", app=transport)], lifespan=lifespan)
+    app = Starlette(routes=[Route("/mcp", transport)], lifespan=lifespan)
     uvicorn.run(app, host=host, port=port, log_level="warning")

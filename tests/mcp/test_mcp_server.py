@@ -171,6 +171,13 @@ def test_http_mount_and_standalone_serve_the_same_tools_behind_the_token(
         extra_env={"TRM_URL": guarded.url, "TRM_API_TOKEN": ""},
     )  # fmt: skip
     wait_for(lambda: _answers(port), 60, "trm mcp --http to listen")
+    # It lends the environment's token to callers sending none, so a web page that rebinds a
+    # name to 127.0.0.1 must be refused: its Host header gives it away.
+    rebound = httpx.post(
+        f"http://127.0.0.1:{port}/mcp", headers={"Host": "evil.example:80"},
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+    )  # fmt: skip
+    assert rebound.status_code == 421 and "Host" in rebound.text, rebound.text
 
     async def scenario() -> None:
         async with over_http(mount) as session:
