@@ -214,7 +214,11 @@ def _answers(port: int) -> bool:
         return False
 
 
-@pytest.mark.skipif(shutil.which("hermes") is None, reason="hermes-agent is not installed")
+# hermes-agent pins exact versions (pydantic, cryptography, ...) that are not ours: install it in
+# a venv of its own (`pip install hermes-agent==0.19.0 mcp==1.26.0`) and put its bin/ on PATH.
+@pytest.mark.skipif(
+    shutil.which("hermes") is None, reason="hermes-agent is not installed (`hermes` not on PATH)"
+)
 def test_hermes_mcp_test_passes_against_trm_mcp(guarded: Service, tmp_path: Path) -> None:
     params = stdio_params(guarded, TOKEN)
     home = tmp_path / "hermes"
