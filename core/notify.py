@@ -9,7 +9,13 @@ resolved, every address it resolves to is checked, and the request goes to the c
 Link-local, multicast and unspecified addresses (a cloud's metadata service) are never called
 unless that very IP is listed. The body is
 signed with HMAC-SHA256 under `TRM_NOTIFY_SECRET`: the receiver recomputes
-`sha256=<hex hmac of the raw body>` and compares it with the `X-TRM-Signature` header.
+`sha256=<hex hmac of the raw body>` and compares it with the `X-TRM-Signature` header, or with
+`X-Hub-Signature-256` (the same value, under the header GitHub uses, which Hermes's webhook
+routes and most receivers already verify). Each delivery carries an id stable across its retries,
+`<run_id>:<event_id>`, as `X-Request-ID` and `X-GitHub-Delivery` (receivers de-duplicate on it),
+and its event name, `trm.run.<status>`, as `X-GitHub-Event` and `X-TRM-Event` (Hermes filters a
+route's `events` on `X-GitHub-Event`). The last attempt's `log` event says `settled: true`: the
+SSE stream of a run with a webhook stays open after the terminal status until then.
 
 Delivery runs in the process that recorded the terminal status (the worker's runner, or the API
 for a cancel of a queued run), on a daemon thread, so the caller never waits on a slow receiver.
@@ -42,6 +48,7 @@ from core.settings import Settings
 log = logging.getLogger("trm.notify")
 
 SIGNATURE_HEADER = "X-TRM-Signature"
+GITHUB_SIGNATURE_HEADER = "X-Hub-Signature-256"
 USER_AGENT = "trm-trainer-webhook/1"
 # Worth another try: the receiver may come back. Other 4xx answers are final.
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -72,6 +79,12 @@ class NotifyConfig:
             backoff_s=float(getattr(settings, "notify_backoff_s", 1.0)),
             timeout_s=float(getattr(settings, "notify_timeout_s", 5.0)),
         )
+
+
+def settles_within_s(config: NotifyConfig) -> float:
+    """The longest a delivery can take: every attempt timing out, plus every backoff sleep."""
+    sleeps = config.backoff_s * (2 ** (config.attempts - 1) - 1)
+    return config.attempts * config.timeout_s + sleeps
 
 
 def sign(secret: str, body: bytes) -> str:
@@ -225,14 +238,18 @@ def deliver(
     and connects to the address it checked."""
     target = pin(url, config.allow, resolve)
     if isinstance(target, str):
-        _record(publisher, run_id, url, 0, False, config, error=f"refused: {target}")
+        _record(publisher, run_id, url, 0, False, config, error=f"refused: {target}", settled=True)
         return False
     body = json.dumps(payload, separators=(",", ":"), sort_keys=True, default=str).encode()
     headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
+    event = f"trm.run.{payload.get('status')}"
+    headers["X-GitHub-Event"] = headers["X-TRM-Event"] = event
     if payload.get("event_id") is not None:
         headers["X-TRM-Event-Id"] = str(payload["event_id"])
+        delivery_id = f"{run_id}:{payload['event_id']}"
+        headers["X-Request-ID"] = headers["X-GitHub-Delivery"] = delivery_id
     if config.secret:
-        headers[SIGNATURE_HEADER] = sign(config.secret, body)
+        headers[SIGNATURE_HEADER] = headers[GITHUB_SIGNATURE_HEADER] = sign(config.secret, body)
     with httpx.Client(timeout=config.timeout_s, follow_redirects=False) as client:
         for attempt in range(1, config.attempts + 1):
             delay = config.backoff_s * 2 ** (attempt - 1) if attempt < config.attempts else None
@@ -240,7 +257,9 @@ def deliver(
             if attempt > 1:
                 target = pin(url, config.allow, resolve)
                 if isinstance(target, str):
-                    _record(publisher, run_id, url, attempt, False, config, error=target)
+                    _record(
+                        publisher, run_id, url, attempt, False, config, error=target, settled=True
+                    )
                     return False
             headers["Host"] = target.host
             extensions = {"sni_hostname": target.tls_name} if target.tls_name else {}
@@ -249,7 +268,17 @@ def deliver(
                     target.url, content=body, headers=headers, extensions=extensions
                 )
             except httpx.HTTPError as exc:
-                _record(publisher, run_id, url, attempt, False, config, delay, error=repr(exc))
+                _record(
+                    publisher,
+                    run_id,
+                    url,
+                    attempt,
+                    False,
+                    config,
+                    delay,
+                    error=repr(exc),
+                    settled=delay is None,
+                )
             else:
                 ok = 200 <= response.status_code < 300
                 final = ok or response.status_code not in RETRY_STATUSES
@@ -262,6 +291,7 @@ def deliver(
                     config,
                     None if final else delay,
                     status_code=response.status_code,
+                    settled=final or delay is None,
                 )
                 if final:
                     return ok

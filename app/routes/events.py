@@ -9,7 +9,9 @@ no duplicate.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query
@@ -23,6 +25,7 @@ from core.card import Card, render_text
 from core.errors import ApiError
 from core.events import events_after_seq
 from core.models import TERMINAL_STATUSES, Event, Run
+from core.notify import NotifyConfig, settles_within_s
 from core.runs import get_run
 
 router = APIRouter(tags=["events"])
@@ -77,6 +80,50 @@ def _is_terminal(ev: dict[str, Any]) -> bool:
     return ev["type"] == "status" and ev["data"].get("status") in TERMINAL_STATUSES
 
 
+# Past the longest a delivery can take: the worker that delivers may have died mid-way.
+NOTIFY_SLACK_S = 15.0
+
+
+class _End:
+    """Where a stream ends: at the terminal `status` event, or, for a run whose spec names
+    `notify.url`, at the webhook attempt that settles its delivery (`log`, `settled`), so a
+    follower sees the attempts; never later than the longest a delivery can take after the
+    terminal event. The terminal event stays the last `status` event either way."""
+
+    def __init__(self, app: AppState, run_id: str) -> None:
+        self.app, self.run_id = app, run_id
+        self.deadline: float | None = None  # epoch seconds; set once the terminal event is seen
+
+    def _webhook_deadline(self, ev: dict[str, Any]) -> float | None:
+        with Session(self.app.engine) as db:
+            spec = db.exec(select(Run.spec).where(Run.id == self.run_id)).first() or {}
+        if not (spec.get("notify") or {}).get("url"):
+            return None
+        config = NotifyConfig.of(self.app.settings)
+        ts = ev.get("ts")
+        start = datetime.fromisoformat(ts).timestamp() if ts else time.time()
+        deadline = start + settles_within_s(config) + NOTIFY_SLACK_S
+        return deadline if deadline > time.time() else None
+
+    async def after(self, ev: dict[str, Any]) -> bool:
+        """True when `ev` is the stream's last event."""
+        if self.deadline is not None:
+            data = ev["data"]
+            return (
+                ev["type"] == "log" and data.get("source") == "notify" and bool(data.get("settled"))
+            )
+        if not _is_terminal(ev):
+            return False
+        self.deadline = await run_in_threadpool(self._webhook_deadline, ev)
+        return self.deadline is None
+
+    def waiting(self) -> bool:
+        return self.deadline is not None
+
+    def expired(self) -> bool:
+        return self.deadline is not None and time.time() > self.deadline
+
+
 def _sse(ev: dict[str, Any]) -> bytes:
     return ev.get(FRAME) or sse_frame(ev)
 
@@ -84,20 +131,23 @@ def _sse(ev: dict[str, Any]) -> bytes:
 async def follow(app: AppState, run_id: str, after_seq: int) -> AsyncIterator[bytes]:
     """Replay from the database a page at a time, then follow the live channel; back to the
     database whenever `seq` jumps (Redis dropped something) or a quiet period ends."""
+    end = _End(app, run_id)
     async with app.hub.subscribe(run_id) as queue:  # subscribe first: the replay overlaps it
         last_seq = after_seq
         quiet = False  # nothing sent since the last tick
         while True:
+            if end.expired():
+                return
             while True:  # catch up from the database, one page in memory at a time
                 page, ended = await run_in_threadpool(_page, app, run_id, last_seq)
                 for ev in page:
                     yield _sse(ev)
                     last_seq, quiet = ev["seq"], False
-                    if _is_terminal(ev):
+                    if await end.after(ev):
                         return
                 if len(page) < PAGE:
                     break
-            if ended:
+            if ended and not end.waiting():
                 return  # ended before we read, no terminal event after `after`: the client has it
             while True:  # live, as long as `seq` follows on
                 item = await queue.get()
@@ -113,7 +163,7 @@ async def follow(app: AppState, run_id: str, after_seq: int) -> AsyncIterator[by
                     continue
                 yield _sse(item)
                 last_seq, quiet = item["seq"], False
-                if _is_terminal(item):
+                if await end.after(item):
                     return
 
 
@@ -140,7 +190,8 @@ async def run_events(
 ) -> EventStream:
     """Server-sent events: every event of the run after `Last-Event-ID` (or `?after=`), or only
     its last `?tail=N` stored ones (the dashboard's first connection), then live ones, with a
-    keep-alive comment; the stream ends after the terminal `status` event."""
+    keep-alive comment; the stream ends after the terminal `status` event (for a run with a
+    webhook: after the delivery attempt that settles it, see `_End`)."""
     after_id = after
     if last_event_id is not None and last_event_id.strip():
         after_id = max(after or 0, _event_id(last_event_id, "Last-Event-ID"))

@@ -1,0 +1,135 @@
+"""Run webhooks as a Hermes webhook route (or any GitHub-style receiver) takes them: signed as
+`X-Hub-Signature-256`, one delivery id across retries, and the attempts visible to a follower of
+the run's event stream."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import Service
+from tests.stack import create_database, drop_database, wait_for
+
+SECRET = "hermes-route-secret"
+
+
+class GitHubStyleReceiver:
+    """Verifies X-Hub-Signature-256 as GitHub documents it (HMAC-SHA256 of the raw body, hex,
+    `sha256=` prefix, constant-time compare), answers 500 to the first good delivery, and
+    accepts each X-Request-ID once."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []  # every request: headers, body, answer
+        self.accepted: list[str] = []
+        self.failed_once = False
+        lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                given = self.headers.get("X-Hub-Signature-256", "")
+                expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+                delivery = self.headers.get("X-Request-ID", "")
+                with lock:
+                    if not hmac.compare_digest(given.encode(), expected.encode()):
+                        code = 401
+                    elif not outer.failed_once:
+                        outer.failed_once, code = True, 500
+                    elif delivery in outer.accepted:
+                        code = 200  # a duplicate: acknowledged, not acted on again
+                    else:
+                        outer.accepted.append(delivery)
+                        code = 202
+                    outer.seen.append({"headers": dict(self.headers), "body": body, "code": code})
+                self.send_response(code)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/webhooks/trm"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> Iterator[str]:
+    url = create_database("sqlite", tmp_path)
+    yield url
+    drop_database(url)
+
+
+@pytest.fixture
+def receiver() -> Iterator[GitHubStyleReceiver]:
+    found = GitHubStyleReceiver()
+    yield found
+    found.close()
+
+
+def follow(url: str, run_id: str, frames: list[dict[str, Any]], closed: threading.Event) -> None:
+    """An SSE follower reading until the server ends the stream."""
+    with httpx.stream("GET", f"{url}/runs/{run_id}/events", timeout=120) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                frames.append(json.loads(line[6:]))
+    closed.set()
+
+
+def test_retried_delivery_keeps_its_id_is_accepted_once_and_followers_see_it(
+    env: dict[str, str], migrated: Any, tmp_path: Path, receiver: GitHubStyleReceiver
+) -> None:
+    (tmp_path / "logs").mkdir()
+    service = Service(
+        {**env, "TRM_NOTIFY_SECRET": SECRET, "TRM_NOTIFY_BACKOFF_S": "0.2"}, tmp_path / "logs"
+    )
+    frames: list[dict[str, Any]] = []
+    closed = threading.Event()
+    try:
+        service.start_api()
+        run = service.submit({"kind": "selftest", "steps": 3, "notify": {"url": receiver.url}})
+        # Following from before the worker starts: the follower is there for the whole run.
+        threading.Thread(
+            target=follow, args=(service.url, run["id"], frames, closed), daemon=True
+        ).start()
+        service.start_worker()
+        service.wait_status(run["id"], "completed", timeout=90)
+        wait_for(closed.is_set, timeout=90, what="the event stream to end")
+    finally:
+        service.stop()
+
+    # Two deliveries of one event: the 500, then the retry; the same id and event name on both.
+    assert [r["code"] for r in receiver.seen] == [500, 202]
+    terminal = next(f for f in frames if f["type"] == "status" and f["data"].get("terminal"))
+    delivery_id = f"{run['id']}:{terminal['id']}"
+    for request in receiver.seen:
+        headers = request["headers"]
+        assert headers["X-Request-ID"] == headers["X-GitHub-Delivery"] == delivery_id
+        assert headers["X-GitHub-Event"] == headers["X-TRM-Event"] == "trm.run.completed"
+        assert headers["X-TRM-Signature"] == headers["X-Hub-Signature-256"]
+        assert json.loads(request["body"])["status"] == "completed"
+    assert receiver.accepted == [delivery_id]
+
+    # The follower saw the terminal status, then both attempts; the stream ended at the settled one.
+    after = frames[frames.index(terminal) + 1 :]
+    attempts = [f["data"] for f in after if f["type"] == "log" and f["data"]["source"] == "notify"]
+    assert [(a["attempt"], a["delivered"], a["settled"]) for a in attempts] == [
+        (1, False, False),
+        (2, True, True),
+    ]
+    assert frames[-1]["data"] == attempts[-1]
+    assert not [f for f in after if f["type"] == "status"]  # the terminal event is the last status
