@@ -1,0 +1,180 @@
+"""skills/trm-trainer as Hermes runs it: the frontmatter fields its loader reads, and each command
+executed in a fresh shell (Hermes keeps nothing between terminal commands) against a live API and
+worker with a token."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, Service
+from tests.stack import create_database, drop_database
+
+SKILL = ROOT / "skills" / "trm-trainer" / "SKILL.md"
+TOKEN = "skill-s3cret"
+TERMINAL = re.compile(r" (completed|failed|cancelled) ")
+
+
+def frontmatter_and_body() -> tuple[dict[str, Any], str]:
+    text = SKILL.read_text(encoding="utf-8")
+    _, head, body = text.split("---\n", 2)
+    return yaml.safe_load(head), body
+
+
+def commands() -> list[str]:
+    """Every shell command of the skill and its references, one per ```sh block."""
+    found = []
+    for path in [SKILL, *sorted((SKILL.parent / "references").glob("*.md"))]:
+        found += re.findall(r"```sh\n(.*?)```", path.read_text(encoding="utf-8"), re.S)
+    return [block.strip() for block in found]
+
+
+def test_frontmatter_has_the_fields_hermes_reads() -> None:
+    meta, _ = frontmatter_and_body()
+    assert meta["name"] == "trm-trainer"
+    # Hermes shows its model the first 57 characters: the skill's reason to exist must be there.
+    assert "routerBench" in meta["description"][:50]
+    assert len(meta["description"]) <= 1024
+    assert meta["platforms"] and all(p in ("linux", "macos", "windows") for p in meta["platforms"])
+    env = {e["name"]: e for e in meta["required_environment_variables"]}
+    assert set(env) == {"TRM_URL", "TRM_API_TOKEN"}
+    for entry in env.values():
+        assert isinstance(entry["prompt"], str) and entry["prompt"]
+        assert isinstance(entry["help"], str) and isinstance(entry["required_for"], str)
+    assert not env["TRM_URL"].get("optional") and env["TRM_API_TOKEN"]["optional"] is True
+    hermes = meta["metadata"]["hermes"]
+    assert hermes["requires_toolsets"] == ["terminal"]
+    assert "routerbench" in hermes["tags"] and isinstance(hermes["related_skills"], list)
+    assert "requires" not in hermes  # the old place Hermes never read
+
+
+def test_every_command_stands_alone() -> None:
+    found = commands()
+    assert len(found) >= 5
+    for command in found:
+        assert "=(" not in command and "${AUTH" not in command, command  # no shell arrays
+        assert "-fsS" not in command and "curl -N" not in command, command
+        if "curl" in command:
+            assert "--fail-with-body" in command and "${TRM_URL:?set TRM_URL}" in command, command
+            assert '-H "Authorization: Bearer $TRM_API_TOKEN"' in command, command
+        if "-X POST" in command and "/cancel" not in command:
+            assert "Idempotency-Key" in command and "sha256sum" in command, command
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> Iterator[str]:
+    url = create_database("sqlite", tmp_path)
+    yield url
+    drop_database(url)
+
+
+@pytest.fixture
+def guarded(env: dict[str, str], migrated: Any, tmp_path: Path) -> Iterator[Service]:
+    svc = Service({**env, "TRM_API_TOKEN": TOKEN}, tmp_path / "logs")
+    svc.http.headers["Authorization"] = f"Bearer {TOKEN}"
+    svc.start_api()
+    svc.start_worker()
+    yield svc
+    svc.stop()
+
+
+def fresh_shell(
+    command: str, url: str, token: str | None = TOKEN
+) -> subprocess.CompletedProcess[str]:
+    """What Hermes's terminal tool does: a new shell, only the exported skill variables."""
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "TRM_URL": url}
+    if token is not None:
+        env["TRM_API_TOKEN"] = token
+    return subprocess.run(
+        ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def the(needle: str) -> str:
+    (command,) = [c for c in commands() if needle in c and c.startswith(("SPEC", "RUN"))]
+    return command
+
+
+def test_routerbench_starts_is_followed_to_the_end_and_a_retry_is_the_same_run(
+    guarded: Service,
+) -> None:
+    start = the("/benches/routerbench")
+    first = fresh_shell(start, guarded.url)
+    assert first.returncode == 0, first.stderr + first.stdout
+    run_id = json.loads(first.stdout)["id"]
+    again = fresh_shell(start, guarded.url)
+    assert again.returncode == 0 and json.loads(again.stdout)["id"] == run_id
+
+    # Without the token the body of the 401 is shown and the command fails.
+    refused = fresh_shell(start, guarded.url, token=None)
+    assert refused.returncode != 0 and "401" in refused.stderr, refused
+
+    poll = the("/card?format=text").replace("RUN=RUN_ID", f"RUN={run_id}")
+    deadline = time.monotonic() + 600
+    while True:
+        shown = fresh_shell(poll, guarded.url)
+        assert shown.returncode == 0, shown.stderr + shown.stdout
+        top = shown.stdout.splitlines()[0]
+        assert run_id in top
+        if TERMINAL.search(top) or time.monotonic() > deadline:
+            break
+    assert " completed " in top, shown.stdout
+    assert guarded.run(run_id)["status"] == "completed"
+    runs = guarded.http.get("/runs", params={"kind": "bench"}).json()
+    assert [r["id"] for r in runs["runs"]] == [run_id]  # the retry started nothing
+
+
+def hermes_python() -> str | None:
+    """The interpreter hermes-agent is installed in: $HERMES_PYTHON, or the one beside `hermes`."""
+    candidates = [os.environ.get("HERMES_PYTHON", "")]
+    if hermes := shutil.which("hermes"):
+        candidates.append(str(Path(hermes).resolve().parent / "python"))
+    for python in filter(None, candidates):
+        probe = [python, "-c", "import tools.skills_tool"]
+        if Path(python).exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+            return python
+    return None
+
+
+HERMES_PYTHON = hermes_python()
+PROBE = """
+import json, os
+from tools.skills_tool import skills_list, skill_view
+listed = {s["name"]: s for s in json.loads(skills_list())["skills"]}
+view = json.loads(skill_view("trm-trainer"))
+print(json.dumps({"listed": sorted(listed), "description": listed["trm-trainer"]["description"],
+                  "missing": view["missing_required_environment_variables"],
+                  "status": view["readiness_status"]}))
+"""
+
+
+@pytest.mark.skipif(
+    HERMES_PYTHON is None,
+    reason="hermes-agent is not installed (`hermes` on PATH, or HERMES_PYTHON naming its python)",
+)
+def test_hermes_own_loader_lists_the_skill_and_its_missing_variable(tmp_path: Path) -> None:
+    shutil.copytree(SKILL.parent, tmp_path / "skills" / "trm-trainer")  # where Hermes installs it
+    base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "HERMES_HOME": str(tmp_path)}
+    for extra, missing, status in (
+        ({"TRM_URL": "http://127.0.0.1:8000"}, [], "available"),
+        ({}, ["TRM_URL"], "setup_needed"),
+    ):
+        done = subprocess.run(
+            [str(HERMES_PYTHON), "-c", PROBE], env={**base, **extra},
+            capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen = json.loads(done.stdout.splitlines()[-1])
+        assert seen["listed"] == ["trm-trainer"]
+        assert "routerBench" in seen["description"][:50]
+        assert seen["missing"] == missing and seen["status"] == status
