@@ -7,6 +7,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
+import queue
+import re
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,9 +19,11 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
-from tests.conftest import Service
-from tests.stack import create_database, drop_database, wait_for
+from tests.conftest import ROOT, Service
+from tests.hermes.test_skill import HERMES_PYTHON
+from tests.stack import create_database, drop_database, free_port, wait_for
 
 SECRET = "hermes-route-secret"
 
@@ -133,3 +139,87 @@ def test_retried_delivery_keeps_its_id_is_accepted_once_and_followers_see_it(
     ]
     assert frames[-1]["data"] == attempts[-1]
     assert not [f for f in after if f["type"] == "status"]  # the terminal event is the last status
+
+
+HERMES_ROUTE = """
+import asyncio, json, sys
+from gateway.config import PlatformConfig
+from gateway.platforms.webhook import WebhookAdapter
+
+platform = json.loads(sys.argv[1])
+
+
+class Captured(WebhookAdapter):
+    async def handle_message(self, event):  # the agent is not ours to run: show its prompt
+        print(json.dumps({"prompt": event.text, "delivery": event.message_id}), flush=True)
+
+
+async def main():
+    adapter = Captured(PlatformConfig.from_dict(platform))
+    assert await adapter.connect(), "could not start the webhook route"
+    print(json.dumps({"ready": True}), flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+def docs_route_config(port: int) -> dict[str, Any]:
+    """docs/hermes.md's Hermes webhook config, on a free port of this host."""
+    text = (ROOT / "docs" / "hermes.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "webhook:" in b]
+    platform = yaml.safe_load(block)["platforms"]["webhook"]
+    platform["extra"].update(host="127.0.0.1", port=port)
+    return dict(platform)
+
+
+def hermes_serves_webhooks() -> bool:
+    """Hermes's webhook platform needs aiohttp, which its base install does not bring."""
+    if HERMES_PYTHON is None:
+        return False
+    probe = [HERMES_PYTHON, "-c", "import aiohttp, gateway.platforms.webhook"]
+    return subprocess.run(probe, capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(
+    not hermes_serves_webhooks(),
+    reason="hermes-agent with aiohttp is not installed (`hermes` on PATH, or HERMES_PYTHON)",
+)
+def test_hermes_webhook_route_from_the_docs_takes_a_run_and_renders_its_prompt(
+    env: dict[str, str], migrated: Any, tmp_path: Path
+) -> None:
+    port = free_port()
+    platform = docs_route_config(port)
+    secret = platform["extra"]["routes"]["trm"]["secret"]
+    hermes = subprocess.Popen(
+        [str(HERMES_PYTHON), "-c", HERMES_ROUTE, json.dumps(platform)],
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "HERMES_HOME": str(tmp_path)},
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+    stdout = hermes.stdout
+    assert stdout is not None
+
+    def pump() -> None:
+        for line in stdout:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    (tmp_path / "logs").mkdir()
+    service = Service({**env, "TRM_NOTIFY_SECRET": secret}, tmp_path / "logs")
+    try:
+        assert json.loads(lines.get(timeout=60)) == {"ready": True}
+        service.start_api()
+        service.start_worker()
+        url = f"http://127.0.0.1:{port}/webhooks/trm"
+        run = service.submit({"kind": "selftest", "steps": 2, "notify": {"url": url}})
+        service.wait_status(run["id"], "completed", timeout=90)
+        # Hermes answers 401 to a signature it cannot verify: then nothing reaches its agent.
+        taken = json.loads(lines.get(timeout=60))
+    finally:
+        service.stop()
+        hermes.kill()
+        hermes.wait()
+    assert taken["delivery"].startswith(f"{run['id']}:")
+    assert f"TRM run {run['id']} (selftest" in taken["prompt"]
+    assert "ended: completed." in taken["prompt"] and "{" not in taken["prompt"]
