@@ -44,7 +44,11 @@ def _generated_on_first_use(path: Path, data_dir: Path) -> bool:
 def check_data_paths(resolved: dict[str, Any], data_dir: Path) -> None:
     for field, container, key in spec_path_fields(resolved):
         path = Path(container[key])
-        if not path.exists() and not _generated_on_first_use(path, data_dir):
+        try:
+            exists = path.exists()
+        except OSError as exc:  # a name too long for the file system, ...
+            raise _refuse(field, f"{path} cannot be looked up: {exc.strerror}") from None
+        if not exists and not _generated_on_first_use(path, data_dir):
             raise _refuse(field, f"{path} does not exist (under TRM_DATA_DIR {data_dir})")
 
 

@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import socket
+from pathlib import Path
 from typing import Any
 
 from arq import Worker
@@ -34,10 +35,15 @@ async def run_job(ctx: dict[str, Any], run_id: str, attempt: int) -> str:
 
 
 def lower_priority(nice: int) -> None:
-    """Take CPU priority `nice` unless this process already runs lower (never raises it). Threads
-    and children started afterwards inherit it."""
-    if nice > os.getpriority(os.PRIO_PROCESS, 0):
-        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    """Take CPU priority `nice` unless already lower (never raises it). On Linux a priority belongs
+    to one thread, so every thread already running (a library's, the event loop's executor) is
+    lowered too; threads and children started afterwards inherit it."""
+    tasks = Path("/proc/self/task")
+    threads = [int(t.name) for t in tasks.iterdir()] if tasks.is_dir() else [0]
+    for thread in threads:
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            if nice > os.getpriority(os.PRIO_PROCESS, thread):
+                os.setpriority(os.PRIO_PROCESS, thread, nice)
 
 
 async def startup(ctx: dict[str, Any]) -> None:

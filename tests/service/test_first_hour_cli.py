@@ -229,6 +229,9 @@ def test_what_a_run_would_miss_is_a_422_at_submit(service: Service, settings: Se
         text = refused(service.http.post("/runs", json=spec), "corpus.sources[0].path")
         outside.append(text.replace(path, "PATH"))
     assert outside[0] == outside[1] and "exist" not in outside[0]
+    # A name the file system cannot look up is a 422 naming the field, not a 500.
+    long = {**train, "corpus": {"sources": [{"type": "jsonl", "name": "a", "path": "x" * 300}]}}
+    refused(service.http.post("/runs", json=long), "corpus.sources[0].path")
     assert service.http.get("/runs").json()["runs"] == []  # nothing was queued
     # A bench data folder the worker generates on first use is not "missing".
     shipped = {

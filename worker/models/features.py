@@ -28,8 +28,9 @@ Generic: no family is named here. For a row `(state, tools)`:
 - **Size-invariant**: ranks and distances, never the number of candidates, so a row at the
   anchors offering twice the candidates seen in training reads the same.
 
-`FeatureSpace` is fitted on the train rows: which feature names exist (seen often enough), and
-for the neural model their scale. It is saved as JSON beside the model.
+`FeatureSpace` is fitted on the train rows: which feature names exist (seen often enough, and not
+one value on every candidate), and for the neural model their scale. It is saved as JSON beside
+the model.
 """
 
 from __future__ import annotations
@@ -352,11 +353,12 @@ class FeatureSpace:
     def fit(cls, rows: Iterable[dict[str, Any]]) -> FeatureSpace:
         counts: Counter[str] = Counter()
         sums: dict[str, list[float]] = {}
-        total = 0
+        total = candidates = 0
         for row in rows:
             total += 1
             seen: set[str] = set()
             for features in row_features(row["state"], row["tools"]):
+                candidates += 1
                 for name, value in features.items():
                     seen.add(name)
                     acc = sums.setdefault(name, [0.0, 0.0, 0.0])
@@ -366,7 +368,10 @@ class FeatureSpace:
                     acc[2] += v * v
             counts.update(seen)
         floor = max(2, math.ceil(MIN_SHARE * total))
-        kept = sorted((n for n, c in counts.items() if c >= floor), key=lambda n: (-counts[n], n))
+        kept = sorted(
+            (n for n, c in counts.items() if c >= floor and not _constant(sums[n], candidates)),
+            key=lambda n: (-counts[n], n),
+        )
         names = sorted(kept[:MAX_FEATURES])
         mean, scale = [], []
         for name in names:
@@ -428,6 +433,15 @@ class FeatureSpace:
                 f"{FORMAT}); train the model again",
             )
         return cls(list(data["names"]), list(data["mean"]), list(data["scale"]))
+
+
+def _constant(acc: list[float], candidates: int) -> bool:
+    """A feature every train candidate has with one value (`pos` where every row offers one
+    candidate) tells the train rows nothing; kept, it would let an unseen value at the anchors
+    steer the model where training never could."""
+    k, s, ss = acc
+    mu = s / k
+    return k == candidates and ss / k - mu * mu <= 1e-12 * max(1.0, mu * mu)
 
 
 def _squash(value: float) -> float:
