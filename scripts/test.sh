@@ -7,4 +7,4 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 .venv/bin/ruff check core app worker tests bench
 .venv/bin/ruff format --check core app worker tests bench
 .venv/bin/mypy core app worker
-.venv/bin/pytest "$@"
+.venv/bin/pytest --durations=25 "$@"
