@@ -200,6 +200,25 @@ function duration(from, to) {
 }
 
 const num = (v, d = 3) => (typeof v === "number" ? v.toFixed(d) : "-");
+
+// Every byte figure on the page goes through here. Decimal units, as the status card's "GB"
+// (1 GB = 10^9 bytes), three significant digits: 2147483648 -> "2.15 GB", 1234 -> "1.23 KB".
+const BYTE_UNITS = ["B", "KB", "MB", "GB", "TB", "PB"];
+function bytesText(n) {
+  if (typeof n !== "number" || !Number.isFinite(n)) return "-";
+  let i = 0, v = Math.abs(n);
+  while (v >= 999.5 && i < BYTE_UNITS.length - 1) { v /= 1000; i += 1; }
+  const digits = i === 0 ? String(Math.round(v)) : v.toPrecision(3);
+  return `${n < 0 ? "-" : ""}${digits} ${BYTE_UNITS[i]}`;
+}
+
+// A counter or usage figure named `..._bytes` (peak_rss_bytes, bytes_read) is a size.
+const isBytesKey = (key) => /(^|_)bytes(_|$)/i.test(key);
+function figure(key, v) {
+  if (typeof v === "number" && isBytesKey(key)) return bytesText(v);
+  if (typeof v === "number") return String(Number.isInteger(v) ? v : +v.toFixed(3));
+  return v !== null && typeof v === "object" ? JSON.stringify(v) : String(v);
+}
 const when = (iso) => (iso ? new Date(iso).toLocaleString() : "-");
 
 // ---- Views ----------------------------------------------------------------------------------
@@ -256,7 +275,7 @@ views.runs = {
       let tr = this.rows.get(run.id);
       if (!tr) {
         tr = h("tr", { "data-run": run.id },
-          h("td", {}, h("a", { href: `#/runs/${run.id}` }, run.id), h("div", { class: "muted small" })),
+          h("td", { class: "id" }, h("a", { href: `#/runs/${run.id}` }, run.id), h("div", { class: "muted small run-name" })),
           h("td"), h("td", {}, h("span", { class: "status" })), h("td"),
           h("td", { class: "num" }, h("span", { class: "bar" }, h("span")), h("span", { class: "pct" })),
           h("td", { class: "num" }), h("td", { class: "num" }));
@@ -266,6 +285,7 @@ views.runs = {
       before = tr.nextSibling;
       const cells = tr.children;
       setText(cells[0].lastChild, run.name || "");
+      cells[0].lastChild.title = run.name || "";
       setText(cells[1], run.kind);
       const badge = cells[2].firstChild;
       setText(badge, run.status);

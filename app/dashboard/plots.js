@@ -1,7 +1,9 @@
 // Inline SVG plots drawn from the API's data (no chart library, nothing from the internet).
 // Three shapes: a line chart (loss, eval accuracy over steps), the hill-climb chart (anchor score
 // per candidate with best-so-far, branches, failures and rung moves), the bench chart (baseline
-// vs router per family with 95% intervals).
+// vs router per family with 95% intervals). A plot needs two points: a series, a search or a bench
+// with one value is said as a line of text instead ("eval accuracy · anchor_score 0.72 at step 40
+// (one point)"), never drawn as a lone dot.
 "use strict";
 
 const TrmPlots = (() => {
@@ -60,6 +62,24 @@ const TrmPlots = (() => {
     return { svg, x, y };
   }
 
+  // Text in place of a plot: one value is what a plot of a single point would have shown.
+  function note(text, attrs) {
+    const p = document.createElement("p");
+    p.className = "plot-single muted";
+    for (const [k, v] of Object.entries(attrs)) p.setAttribute(k, String(v));
+    p.textContent = text;
+    return p;
+  }
+  const onePoint = (text, attrs) => note(`${text} (one point)`, attrs);
+
+  function group(nodes) {
+    if (nodes.length === 1) return nodes[0];
+    const box = document.createElement("div");
+    box.className = "plot-set";
+    box.append(...nodes);
+    return box;
+  }
+
   function legend(svg, items) {
     let at = W - M.right;
     for (const [label, cls] of [...items].reverse()) {
@@ -71,7 +91,17 @@ const TrmPlots = (() => {
   }
 
   // series: [{name, points: [[x, y], ...]}]; the y domain starts at 0 unless told otherwise.
+  // Series of two points or more are drawn; a series of one is a line of text below the plot.
   function lineChart({ title, series, xLabel, yLabel, yDomain }) {
+    const drawn = series.filter((s) => s.points.length >= 2);
+    const single = series.filter((s) => s.points.length === 1).map((s) => {
+      const [px, py] = s.points[0];
+      return onePoint(`${title} · ${s.name} ${fmt(py)} at ${xLabel} ${px}`, { "data-plot": title, "data-series": s.name });
+    });
+    return group([...(drawn.length ? [linePlot({ title, series: drawn, xLabel, yLabel, yDomain })] : []), ...single]);
+  }
+
+  function linePlot({ title, series, xLabel, yLabel, yDomain }) {
     const all = series.flatMap((s) => s.points);
     const xs = all.map((p) => p[0]), ys = all.map((p) => p[1]);
     const xDomain = [Math.min(...xs, 0), Math.max(...xs, 1)];
@@ -97,6 +127,10 @@ const TrmPlots = (() => {
   // candidate. Failed ones have no score: drawn as a cross on the axis.
   function hillclimbChart(candidates) {
     const n = candidates.length;
+    if (n < 2) {
+      const c = candidates[0];
+      return onePoint(`anchor score per candidate · ${c.id} ${fmt(c.score)} (${c.decision || "?"})`, { "data-plot": "hillclimb", "data-candidate": c.id });
+    }
     const scores = candidates.map((c) => c.score).filter((s) => typeof s === "number");
     const top = Math.max(1, ...scores);
     const xTicks = n <= 20 ? candidates.map((c) => c.n) : null;
@@ -141,6 +175,13 @@ const TrmPlots = (() => {
 
   // rows: [{family, baseline: {value, lo, hi}, router: {value, lo, hi}}]
   function benchChart(rows) {
+    const values = rows.flatMap((r) => [["baseline", r.baseline], ["router", r.router]]
+      .filter(([, s]) => s && typeof s.value === "number").map(([name, s]) => [r.family, name, s]));
+    if (!values.length) return note("baseline vs router: no score in the scorecard", { "data-plot": "bench" });
+    if (values.length < 2) {
+      const [family, name, s] = values[0];
+      return onePoint(`baseline vs router · ${family} ${name} ${fmt(s.value)}`, { "data-plot": "bench" });
+    }
     const rowH = 34, h = M.top + rows.length * rowH + 34;
     const svg = node("svg", { viewBox: `0 0 ${W} ${h}`, class: "plot bench", role: "img" });
     node("title", {}, svg, "baseline vs router per family");

@@ -5,6 +5,7 @@
 const SCORE_KEYS = ["train_score", "anchor_score", "failure_rate", "recovery_rate", "generalization_gap"];
 const DECISIONS = new Set(["best", "branch", "discard", "failed"]);
 const EVAL_KEY = /(acc|accuracy|anchor|score)/i;
+const WRAPPED = new Set(["knob_diff", "reason"]); // ledger columns of free text
 // The run page replays only this many of a run's latest events (plots show their window).
 const RECENT_EVENTS = 200;
 
@@ -135,7 +136,9 @@ views.run = {
     if (!resp.ok) return;
     this.artifacts = (await resp.json()).artifacts;
     const list = $("#run-artifacts");
-    list.replaceChildren(...this.artifacts.map((a) => h("li", {}, h("a", { href: this.artifactUrl(a.path), download: a.path.split("/").pop(), onclick: (e) => this.download(e, a.path) }, a.path), h("span", { class: "muted" }, ` ${a.bytes.toLocaleString()} B`))));
+    list.replaceChildren(...this.artifacts.map((a) => h("li", { "data-artifact": a.path },
+      h("a", { href: this.artifactUrl(a.path), title: a.path, download: a.path.split("/").pop(), onclick: (e) => this.download(e, a.path) }, a.path),
+      h("span", { class: "muted size", title: `${a.bytes.toLocaleString()} bytes` }, bytesText(a.bytes)))));
     if (!this.artifacts.length) list.append(h("li", { class: "muted" }, "nothing yet"));
     const card = this.artifacts.find((a) => a.path === "scorecard.json") || this.artifacts.find((a) => a.path.endsWith("scorecard.json"));
     if (card) {
@@ -178,7 +181,7 @@ views.run = {
     ];
     if (run.stopped_by) facts.push(["stopped by", run.stopped_by]);
     if (run.dry_run) facts.push(["dry run", "yes"]);
-    for (const [k, v] of Object.entries(usage)) if (v !== null && typeof v !== "object") facts.push([k.replace(/_/g, " "), String(typeof v === "number" ? +v.toFixed(3) : v)]);
+    for (const [k, v] of Object.entries(usage)) if (v !== null && typeof v !== "object") facts.push([k.replace(/_bytes$/, "").replace(/_/g, " "), figure(k, v)]);
     const dl = $("#run-facts");
     dl.replaceChildren(...facts.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
     if (run.parent_id) dl.append(h("dt", {}, "parent"), h("dd", {}, h("a", { href: `#/runs/${run.parent_id}` }, run.parent_id)));
@@ -186,7 +189,7 @@ views.run = {
   renderStages(stages) {
     const rows = stages.map((s) => {
       const m = s.manifest || {};
-      const counters = Object.entries(m.counters || {}).map(([k, v]) => h("span", { class: "chip" }, `${k} ${typeof v === "object" ? JSON.stringify(v) : v}`));
+      const counters = Object.entries(m.counters || {}).map(([k, v]) => h("span", { class: "chip" }, `${k} ${figure(k, v)}`));
       const invalid = { ...(m.invalid || {}), ...(s.name === "prepare_corpus" && this.corpusManifest ? this.corpusManifest.invalid || {} : {}) };
       const reasons = Object.entries(invalid);
       const extra = [
@@ -196,9 +199,9 @@ views.run = {
         h("a", { href: this.artifactUrl(`${s.name}/manifest.json`), class: "small", onclick: (e) => this.download(e, `${s.name}/manifest.json`) }, "manifest.json"),
       ];
       return h("tr", { "data-stage": s.name },
-        h("td", {}, s.name), h("td", {}, h("span", { class: `status ${s.status}` }, s.status)), h("td", { class: "num" }, String(s.attempt)),
+        h("td", { class: "stage" }, s.name), h("td", {}, h("span", { class: `status ${s.status}` }, s.status)), h("td", { class: "num" }, String(s.attempt)),
         h("td", {}, when(s.started_at)), h("td", { class: "num" }, s.started_at ? duration(s.started_at, s.completed_at) : "-"),
-        h("td", {}, counters, extra));
+        h("td", { class: "wrap" }, counters, extra));
     });
     const table = h("table", { class: "stages" }, h("thead", {}, h("tr", {}, ...["stage", "status", "attempt", "started", "took", "counters, notes, errors"].map((t) => h("th", {}, t)))), h("tbody", {}, rows));
     $("#run-stages").replaceChildren(stages.length ? table : h("p", { class: "muted" }, "No stage has started."));
@@ -267,7 +270,7 @@ views.run = {
     };
     $("#run-ledger").replaceChildren(h("table", { class: "ledger" },
       h("thead", {}, h("tr", {}, ...cols.map((c) => h("th", {}, c.replace(/_/g, " "))))),
-      h("tbody", {}, this.ledger.map((e) => h("tr", { class: e.decision || "" }, ...cols.map((c) => h("td", {}, cell(e, c))))))));
+      h("tbody", {}, this.ledger.map((e) => h("tr", { class: e.decision || "" }, ...cols.map((c) => h("td", { class: WRAPPED.has(c) ? "wrap" : null }, cell(e, c))))))));
   },
   // One point per finished candidate: its last row with a decision, in ledger order.
   candidates() {
