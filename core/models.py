@@ -148,6 +148,12 @@ class LedgerEntry(SQLModel, table=True):
     failure_rate: float | None = None
     recovery_rate: float | None = None
     generalization_gap: float | None = None
+    # The untrained model's anchor score on the candidate's own corpus, and whether the
+    # candidate scored no better than it (then it is never the best).
+    untrained_score: float | None = None
+    untrained_like: bool | None = None
+    # The run whose result a candidate with the same corpus and trainer config reused.
+    reused_from: str | None = Field(default=None, max_length=26)
     decision: str | None = Field(default=None, max_length=16)
     reason: str | None = None
     started_at: datetime | None = _time_column()

@@ -1,8 +1,11 @@
 """Fixtures for the search tests: a real migrated database with a real search run row, and a
-candidate launcher whose "training" is a pure function of the candidate's knobs and rung."""
+candidate launcher whose "training" and corpus are pure functions of the candidate's knobs and
+rung."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,11 +20,19 @@ from core.events import Publisher
 from core.models import Run
 from core.schemas.hillclimb import HillclimbSpec
 from core.settings import Settings
+from worker.hillclimb.ladder import TRAINER_PREFIX
 from worker.hillclimb.launch import Outcome
 from worker.hillclimb.ledger import Ledger
+from worker.hillclimb.screen import Screen
 from worker.hillclimb.search import SearchRun
 
 Score = Callable[[dict[str, Any], int], dict[str, float] | None]
+Corpus = Callable[[dict[str, Any], int], Any]
+
+
+def every_knob(knobs: dict[str, Any], rung: int) -> Any:
+    """The default corpus: every data knob and the rung change it."""
+    return [rung, {k: v for k, v in knobs.items() if not k.startswith(TRAINER_PREFIX)}]
 
 
 def base_train(anchor: list[str] | None = None) -> dict[str, Any]:
@@ -78,7 +89,8 @@ class ChildRun:
 
 @dataclass
 class FakeLauncher:
-    """Candidates 'train' for `seconds` and score by `score(knobs, rung)` (None: the run fails).
+    """Candidates 'train' for `seconds` and score by `score(knobs, rung)` (None: the run fails);
+    their corpus is whatever `corpus(knobs, rung)` returns, hashed.
 
     `world` is the set of child runs that exist, shared between launchers the way the database
     is shared between a killed coordinator and its resumed successor.
@@ -86,6 +98,8 @@ class FakeLauncher:
 
     score: Score
     seconds: float = 0.0
+    corpus: Corpus = every_knob
+    effects: dict[str, Any] = field(default_factory=dict)  # the corpus manifest's knob effects
     world: dict[str, ChildRun] = field(default_factory=dict)
     created: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
@@ -108,9 +122,16 @@ class FakeLauncher:
             if scores is None:
                 ended[child.run_id] = Outcome("failed", {}, None, child.started, now, "crash")
             else:
-                hash_ = f"h{rung_of(child.body)}"
+                hash_ = self.corpus_hash(child.body)
                 ended[child.run_id] = Outcome("completed", scores, hash_, child.started, now)
         return ended
+
+    def corpus_hash(self, body: dict[str, Any]) -> str:
+        made = self.corpus(knobs_of(body), rung_of(body))
+        return hashlib.sha256(json.dumps(made, sort_keys=True).encode()).hexdigest()
+
+    def screen(self, body: dict[str, Any]) -> Screen | None:
+        return Screen(self.corpus_hash(body), self.effects)
 
     def cancel(self, run_ids: list[str]) -> None:
         self.cancelled.extend(run_ids)

@@ -19,7 +19,8 @@ pytestmark = [
 
 
 def tiny_search(data_dir: Path, **overrides: Any) -> dict[str, Any]:
-    """Four route worlds of a few episodes, a one-epoch trm: a candidate takes seconds."""
+    """Four route worlds of a few episodes, a one-epoch trm: a candidate takes seconds. Every
+    knob set it turns builds a different corpus (so every candidate trains)."""
     generate(data_dir / "play", families=["route"], worlds=4, episodes=4, seed=3)
     spec: dict[str, Any] = {
         "kind": "hillclimb",
@@ -33,7 +34,11 @@ def tiny_search(data_dir: Path, **overrides: Any) -> dict[str, Any]:
             "trm": {"epochs": 1, "hidden": 16, "n_recursions": 1},
         },
         "start_rung": 3,
-        "knobs": {"namespace_normalization": [False, True], "recovery_rate": [None, 0.2]},
+        "knobs": {
+            "namespace_normalization": [False],
+            "recovery_rate": [None, 0.2],
+            "negative_rate": [None, 0.1],
+        },
         "patience": 5,
         "max_candidates": 3,
         "parallelism": 2,
@@ -43,12 +48,16 @@ def tiny_search(data_dir: Path, **overrides: Any) -> dict[str, Any]:
     return spec
 
 
-def test_two_workers_run_two_candidates_at_the_same_time(
+def test_two_workers_run_two_candidates_at_the_same_time_and_never_train_one_corpus_twice(
     service: Service, settings: Settings
 ) -> None:
     service.start_worker("worker-a")
     service.start_worker("worker-b")
-    search = service.submit(tiny_search(settings.data_dir))
+    # On this data shared tags rename nothing: turning them alone cannot change the corpus, and
+    # with recovery_rate 0.2 they build the same corpus as recovery_rate 0.2 alone.
+    knobs = {"namespace_normalization": [False, True], "recovery_rate": [None, 0.2],
+             "negative_rate": [None]}  # fmt: skip
+    search = service.submit(tiny_search(settings.data_dir, knobs=knobs))
     done = service.wait_status(search["id"], "completed", "failed", timeout=150)
     assert done["status"] == "completed", done
     rows = service.ledger(search["id"])
@@ -57,8 +66,23 @@ def test_two_workers_run_two_candidates_at_the_same_time(
     assert sorted(finished) == ["c000", "c001", "c002"]
     a, b = finished["c000"], finished["c001"]
     assert a["started_at"] < b["finished_at"] and b["started_at"] < a["finished_at"]
+    trained = {cid: r for cid, r in finished.items() if not r["reused_from"]}
+    reused = {cid: r for cid, r in finished.items() if r["reused_from"]}
+    skipped = [r for r in rows if r["event"] == "not_tried"]
+    assert reused or skipped, rows  # the inert knob was caught, one way or the other
+    assert len({r["corpus_hash"] for r in trained.values()}) == len(trained)  # none twice
+    runs = {r["run_id"]: r for r in trained.values()}
+    for row in reused.values():
+        assert runs[row["reused_from"]]["corpus_hash"] == row["corpus_hash"]
+    for row in skipped:
+        assert (
+            "cannot change the data" in row["reason"] and "namespace_normalization" in row["reason"]
+        )
+    for row in trained.values():  # each trm candidate measured against its untrained self
+        assert isinstance(row["untrained_score"], float), row
+        assert isinstance(row["untrained_like"], bool)
     children = service.http.get("/runs", params={"parent": search["id"]}).json()["runs"]
-    assert len(children) == 3 and {c["kind"] for c in children} == {"train"}
+    assert len(children) == len(trained) and {c["kind"] for c in children} == {"train"}
     run_dir = settings.runs_dir / search["id"]
     summary = json.loads((run_dir / "search_summary.json").read_text())
     assert summary["root_candidate_run"] == finished["c000"]["run_id"]

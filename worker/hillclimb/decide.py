@@ -5,7 +5,9 @@ and the live search records an event and then applies it, so an interrupted sear
 its ledger stands exactly where it stopped.
 
 Events: `proposed` (knobs chosen), `launched` (its child run exists), `finished` (scores and the
-decision), `rung` (the search moved a rung), `stopped` (why the search ended).
+decision; `reused_from` when a finished candidate's result stood in for training), `not_tried` (a
+mutation that left the corpus and trainer config as the parent's: reported, never a candidate),
+`rung` (the search moved a rung), `stopped` (why the search ended).
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ from typing import Any
 
 from worker.hillclimb.ladder import TOP_RUNG, knobs_key
 
-SCORES = ("train_score", "anchor_score", "failure_rate", "recovery_rate", "generalization_gap")
+SCORES = (
+    "train_score",
+    "anchor_score",
+    "failure_rate",
+    "recovery_rate",
+    "generalization_gap",
+    "untrained_score",  # the untrained model on the same anchors (None where not measured)
+)
 SEARCH_ROW = "search"  # candidate_id of the search's own events (stopped)
 
 
@@ -42,6 +51,9 @@ class Candidate:
     decision: str | None = None
     started_at: Any = None
     finished_at: Any = None
+    corpus_hash: str | None = None
+    untrained_like: bool = False
+    reused_from: str | None = None  # the run whose result this candidate reused
 
     @property
     def anchor(self) -> float:
@@ -66,6 +78,7 @@ class SearchState:
     stopped: str | None = None
     rung_history: list[dict[str, Any]] = field(default_factory=list)
     tried: set[str] = field(default_factory=set)
+    not_tried: list[dict[str, Any]] = field(default_factory=list)  # the `not_tried` rows
 
     @property
     def best(self) -> Candidate | None:
@@ -109,8 +122,14 @@ def apply(state: SearchState, row: dict[str, Any]) -> None:
             seed=row.get("seed") or 0,
             index=len(state.candidates),
         )
+        cand.corpus_hash = row.get("corpus_hash")
         state.candidates[cid] = cand
         state.tried.add(knobs_key(cand.rung, cand.knobs))
+    elif event == "not_tried":
+        state.tried.add(knobs_key(row["rung"], row["knobs"] or {}))
+        state.not_tried.append(
+            {k: row.get(k) for k in ("candidate_id", "parent_id", "rung", "knob_diff", "reason")}
+        )
     elif event == "launched":
         cand = state.candidates[cid]
         cand.run_id, cand.status = row.get("run_id"), "launched"
@@ -120,6 +139,9 @@ def apply(state: SearchState, row: dict[str, Any]) -> None:
         cand.scores = {key: row.get(key) for key in SCORES}
         cand.started_at, cand.finished_at = row.get("started_at"), row.get("finished_at")
         cand.run_id = row.get("run_id") or cand.run_id
+        cand.corpus_hash = row.get("corpus_hash") or cand.corpus_hash
+        cand.untrained_like = bool(row.get("untrained_like"))
+        cand.reused_from = row.get("reused_from")
         if cand.decision == "best":
             state.best_id, state.stale, state.failed, state.moved = cid, 0, 0, False
             return
@@ -150,6 +172,12 @@ def judge(state: SearchState, cand: Candidate, status: str, rules: Rules) -> tup
         return "failed", f"candidate run {status}"
     if cand.scores.get("anchor_score") is None:
         return "failed", "no anchor score in the candidate's scorecard"
+    if untrained_like(cand, rules):
+        untrained = cand.scores["untrained_score"]
+        return "discard", (
+            f"scores like the untrained model: anchor {cand.anchor:.4f} vs untrained "
+            f"{untrained:.4f}, not better by more than the noise margin {rules.noise_margin:.3f}"
+        )
     gap, ceiling = cand.gap, rules.max_generalization_gap
     if gap > ceiling:
         return "discard", f"gap {gap:.3f} over the ceiling {ceiling:.3f}"
@@ -165,6 +193,15 @@ def judge(state: SearchState, cand: Candidate, status: str, rules: Rules) -> tup
             return "branch", f"near tie ({delta:+.3f}) with {promising}"
         return "discard", f"anchor {delta:+.3f} within the noise margin {rules.noise_margin:.3f}"
     return "discard", f"anchor {cand.anchor:.3f} below best {best.anchor:.3f}"
+
+
+def untrained_like(cand: Candidate, rules: Rules) -> bool:
+    """No better on the anchors than the untrained model by more than the noise margin: the
+    training taught it nothing the anchors can see (an exact tie is the usual sign)."""
+    untrained = cand.scores.get("untrained_score")
+    if untrained is None or cand.scores.get("anchor_score") is None:
+        return False
+    return cand.anchor <= untrained + rules.noise_margin + 1e-9
 
 
 def _promising(cand: Candidate, best: Candidate) -> str | None:

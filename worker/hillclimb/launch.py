@@ -2,7 +2,8 @@
 `parallelism` of them run at once on as many workers, and read back from the results their own
 `evaluate` stages recorded in the database (never from files in their run directories).
 
-`Launcher` is what the coordinator needs; `ServiceLauncher` is the real one (database + arq).
+`Launcher` is what the coordinator needs; `ServiceLauncher` is the real one (database + arq, and
+the dry-run corpus build that tells a candidate's corpus hash before it trains).
 Tests of the search logic use their own launcher that scores knob sets with a pure function.
 """
 
@@ -22,6 +23,7 @@ from core.runs import cancel_run, candidate_key, submit_run
 from core.settings import Settings
 from worker.context import StageFailure
 from worker.hillclimb.decide import SCORES
+from worker.hillclimb.screen import Screen, screen_corpus
 
 
 @dataclass
@@ -43,6 +45,9 @@ class Launcher(Protocol):
         """The outcomes of the runs among `run_ids` that have ended."""
 
     def cancel(self, run_ids: list[str]) -> None: ...
+
+    def screen(self, body: dict[str, Any]) -> Screen | None:
+        """The corpus hash the child spec `body` would train on (None: not known before it runs)."""
 
     def stop_reason(self) -> str | None:
         """'cancel' when the search itself was cancelled, 'lost' when it left our hands."""
@@ -129,6 +134,9 @@ class ServiceLauncher:
                 usage=dict(run.usage or {}),
             )
         return ended
+
+    def screen(self, body: dict[str, Any]) -> Screen | None:
+        return screen_corpus(body)
 
     def cancel(self, run_ids: list[str]) -> None:
         for run_id in run_ids:

@@ -3,13 +3,15 @@ queue, it mostly waits on its child `train` runs) and `finalize` (also after a b
 `plan_dry` is its dry run. The search logic itself is in worker/hillclimb/.
 
 Files: `plan.json`, `hillclimb_ledger.jsonl`, `candidates/<id>/result.json`, `best/` (the best
-candidate's small files and a pointer to its run), `search_summary.json`.
+candidate's small files and a pointer to its run), `search_summary.json` (with the mutations not
+tried, the results reused, and the candidates that scored like the untrained model).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -41,7 +43,13 @@ from worker.hillclimb.ladder import candidate_spec, ladder_of, root_knobs, rung_
 from worker.hillclimb.launch import ServiceLauncher
 from worker.hillclimb.ledger import Ledger
 from worker.hillclimb.mutate import ranges_of
-from worker.hillclimb.search import SearchRun, result_record, rules_of, write_result
+from worker.hillclimb.search import (
+    SearchRun,
+    result_record,
+    rules_of,
+    untrained_warning,
+    write_result,
+)
 from worker.kinds.base import Kind, StageDef
 
 SHORT_RUNG = {
@@ -163,11 +171,13 @@ class SearchCard:
 
     def _eta(self, state: SearchState, total: int) -> float | None:
         """Mean candidate time x candidates left / parallelism; unknown before one finished."""
-        spans = [_seconds(c.started_at, c.finished_at) for c in state.finished]
+        trained = [c for c in state.finished if not c.reused_from]
+        spans = [_seconds(c.started_at, c.finished_at) for c in trained]
         durations = [d for d in spans if d is not None]
         if not durations:
             return None
         left = len(state.in_flight) if state.stopped else max(0, total - len(state.finished))
+        # A reused result costs nothing: the mean is over trained candidates only.
         return sum(durations) / len(durations) * left / max(1, self.rules.parallelism)
 
 
@@ -177,6 +187,16 @@ def _seconds(start: Any, end: Any) -> float | None:
     a = start if isinstance(start, datetime) else datetime.fromisoformat(str(start))
     b = end if isinstance(end, datetime) else datetime.fromisoformat(str(end))
     return max(0.0, (b - a).total_seconds())
+
+
+def _warn(ctx: StageContext) -> Callable[[str], None]:
+    """A warning a person must see: on the stage's notes and as a `log` event, as it happens."""
+
+    def warn(text: str) -> None:
+        ctx.note(text)
+        ctx.log(text, level="warning")
+
+    return warn
 
 
 def search(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
@@ -190,6 +210,7 @@ def search(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
         launcher=ServiceLauncher(ctx.publisher, ctx.settings, ctx.run_id),
         stop=ctx.should_stop,
         on_change=SearchCard(ctx, search_spec),
+        warn=_warn(ctx),
     )
     outcome = coordinator.run()
     ctx.count("candidates_run", coordinator.finished_here)
@@ -224,6 +245,10 @@ def finalize(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     for cand in state.finished:
         write_result(ctx.run_dir, cand, ladder[cand.rung].name)
     best, root = state.best, state.candidates.get("c000")
+    untrained = [c for c in state.finished if c.untrained_like]
+    warnings = [untrained_warning(c) for c in untrained]
+    for text in warnings:
+        ctx.note(text)
     if best is not None and best.run_id:
         _copy_best(ctx, best.run_id, result_record(best, ladder[best.rung].name))
     summary = {
@@ -244,6 +269,10 @@ def finalize(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
         },
         "rung": state.rung,
         "rung_history": state.rung_history,
+        "not_tried": state.not_tried,
+        "reused": {c.candidate_id: c.reused_from for c in state.finished if c.reused_from},
+        "untrained_like": [c.candidate_id for c in untrained],
+        "warnings": warnings,
         "stopped": state.stopped,
         "ledger": LEDGER,
         "best_dir": BEST if best else None,
@@ -251,7 +280,10 @@ def finalize(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     write_json_atomic(ctx.run_dir / SEARCH_SUMMARY, summary)
     ctx.outputs.append(ctx.run_dir / SEARCH_SUMMARY)
     if best is None:
-        ctx.note("no candidate met the keep rule (completed, within the gap ceiling)")
+        ctx.note(
+            "no candidate met the keep rule (completed, within the gap ceiling, better than "
+            "the untrained model)"
+        )
     return {k: summary[k] for k in ("best_candidate", "best_run", "root_candidate_run", "stopped")}
 
 
