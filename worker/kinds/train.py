@@ -45,7 +45,7 @@ from worker.evaluate.anchors import (
     train_sample,
 )
 from worker.evaluate.policies import load_policy
-from worker.evaluate.references import references
+from worker.evaluate.references import correct, references
 from worker.evaluate.references import summary as references_summary
 from worker.evaluate.rollouts import EPISODES
 from worker.evaluate.samples import read_jsonl, run_sample_cache, write_samples
@@ -362,6 +362,9 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
         read_rows(corpus_dir / VAL_ROWS), seed,
     )  # fmt: skip
     ctx.note(references_summary(card["references"]))
+    untrained = untrained_score(resolved, train_path, anchors)
+    if untrained is not None:
+        card["untrained_anchor_score"] = untrained
     write_json_atomic(ctx.run_dir / SCORECARD, card)
     write_samples(ctx.run_dir / SAMPLES, samples)
     ctx.inputs.extend(p for p in (train_path, corpus_dir / f"{split}.jsonl") if p.exists())
@@ -376,7 +379,25 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
         current_anchor=card["anchor_score"], current_train=card["train_score"],
         current_gap=card["generalization_gap"],
     )  # fmt: skip
-    return {**sc.headline(card), "anchor_split": split, "n": card["n"]}
+    return {
+        **sc.headline(card),
+        "anchor_split": split,
+        "n": card["n"],
+        "untrained_score": untrained["value"] if untrained else None,
+    }
+
+
+def untrained_score(
+    resolved: dict[str, Any], train_path: Path, anchors: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The same trm, untrained (same config, seed and features), on the same anchors: the floor a
+    trained model must clear; a tie means it learned nothing the anchors can see. None for qlora
+    (its untrained model is the base LM: a second full scoring pass) and gbdt."""
+    if resolved["trainer"] != "trm" or not anchors:
+        return None
+    ref = {"type": "untrained_trm", "vocab_rows": str(train_path),
+           "seed": int(resolved["seed"] or 0), "config": resolved["config"] or {}}  # fmt: skip
+    return sc.score(correct(load_policy(ref), anchors))
 
 
 # ---- the dry run (SPEC §3.2) -------------------------------------------------------------------
