@@ -23,6 +23,14 @@ class Card(BaseModel):
     phase: str | None = None
     step: int | None = None
     total_steps: int | None = None
+    # What `step` counts: None (a trainer's optimizer steps), "rows" or "bytes" (read).
+    unit: str | None = None
+    # A pass the stage runs besides its own steps (a trainer's "eval" on its val rows): the phase
+    # line shows it and its own count until it ends.
+    pass_name: str | None = None
+    pass_done: int | None = None
+    pass_total: int | None = None
+    pass_unit: str | None = None
     data_source: str | None = None
     ram_used_gb: float | None = None
     ram_total_gb: float | None = None
@@ -85,6 +93,25 @@ def _gb(used: float | None, total: float | None) -> str:
     return f"{used:.1f}/{total:.1f} GB" if total else f"{used:.1f} GB"
 
 
+def _size(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def count_text(done: int | None, total: int | None, unit: str | None) -> str:
+    """What a counter has done, with what it counts: `step  12/400`, `120/480 rows`,
+    `2.1 MB/2.2 MB read`; `-` before the first report."""
+    if done is None:
+        return "-"
+    if unit is None:
+        return f"step  {done}/{total}" if total else f"step  {done}"
+    if unit == "bytes":
+        return f"{_size(done)}/{_size(total)} read" if total else f"{_size(done)} read"
+    return f"{done}/{total} {unit}" if total is not None else f"{done} {unit}"
+
+
 def _fit(text: str, width: int) -> str:
     return text[:width].ljust(width)
 
@@ -96,11 +123,14 @@ def render_text(card: Card) -> str:
     with_status = f"{title}  {card.status} "
     title = with_status if len(with_status) <= WIDTH - 6 else title + " "
     top = "+--" + title.ljust(WIDTH - 4, "-")[: WIDTH - 4] + "+"
-    step = "-"
-    if card.candidate is not None and card.total_candidates:
+    phase = card.phase or card.status
+    if card.pass_name:
+        phase = f"{phase} {card.pass_name}"
+        step = count_text(card.pass_done, card.pass_total, card.pass_unit)
+    elif card.candidate is not None and card.total_candidates:
         step = f"cand  {card.completed_count or 0}/{card.total_candidates}"
-    elif card.step is not None:
-        step = f"step  {card.step}/{card.total_steps}" if card.total_steps else f"step  {card.step}"
+    else:
+        step = count_text(card.step, card.total_steps, card.unit)
     vram = _gb(card.vram_used_gb, card.vram_total_gb)
     ram = _gb(card.ram_used_gb, card.ram_total_gb)
     bar = f"{progress_bar(card.percent)}  {card.percent:5.1f}%"
@@ -110,7 +140,7 @@ def render_text(card: Card) -> str:
     if card.best_candidate:
         best += f"  (cand {card.best_candidate})"
     rows = [
-        f"phase   {_fit(card.phase or card.status, 21)} {step}",
+        f"phase   {_fit(phase, 21)} {step}",
         f"data    {_fit(card.data_source or '-', 21)} RAM  {ram}  VRAM  {vram}",
         f"ETA     {_fit(eta_text(card.eta_s), 21)} {bar}",
         f"now     loss {_num(card.loss)}  anchor {_num(card.current_anchor)}"
@@ -127,6 +157,7 @@ def snapshot(card: Card) -> dict[str, Any]:
         "run_id": card.run_id,
         "phase": card.phase,
         "step": card.step,
+        "unit": card.unit,
         "data_source": card.data_source,
         "ram_budget": card.ram_budget,
         "elapsed": round(card.elapsed_s, 1),

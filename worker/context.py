@@ -63,6 +63,14 @@ class StageContext:
     run_started: float = field(default_factory=time.time)  # this attempt's start, for `elapsed`
     _last_card: float = 0.0
     _first_step: tuple[int, float] | None = None
+    _pass_shown: bool = False  # the last card published showed a pass that is still running
+
+    def __post_init__(self) -> None:
+        # A stage starts with nothing measured: no rate (its ETA reads "estimating", never the
+        # previous stage's 00:00), no counter and no pass of the stage before.
+        card = self.card
+        card.eta_s = card.unit = None
+        card.pass_name = card.pass_done = card.pass_total = card.pass_unit = None
 
     def to_payload(self) -> dict[str, Any]:
         """This context as JSON for a stage's child process, without the secret settings."""
@@ -131,36 +139,75 @@ class StageContext:
             self.run_id, "log", {"stage": self.stage, "message": message, **data}
         )
 
-    def progress(self, step: int, total: int | None = None, **metrics: Any) -> None:
-        """Report one step: a `metric` event always, the card at most every CARD_EVERY_S."""
+    def progress(
+        self, step: int, total: int | None = None, unit: str | None = None, **metrics: Any
+    ) -> None:
+        """Report one step (`unit`: what it counts, None for a trainer's optimizer steps): a
+        `metric` event always, the card at most every CARD_EVERY_S. A step ends any pass."""
         now = time.monotonic()
         if self._first_step is None:
             self._first_step = (step, now)
         clean = {k: v for k, v in metrics.items() if v is not None}
-        self.publisher.publish(
-            self.run_id, "metric", {"stage": self.stage, "step": step, "total": total, **clean}
-        )
-        last = total is not None and step >= total
-        if now - self._last_card < CARD_EVERY_S and not last:
-            return
-        self._last_card = now
+        data = {"stage": self.stage, "step": step, "total": total, **clean}
+        self.publisher.publish(self.run_id, "metric", data | ({"unit": unit} if unit else {}))
         card = self.card
-        card.phase, card.step, card.total_steps = self.stage, step, total
+        card.phase, card.step, card.total_steps, card.unit = self.stage, step, total, unit
         card.status = "running"
         if "loss" in clean:
             card.loss = float(clean["loss"])
         for key in ("current_anchor", "current_train", "current_gap"):
             if key in clean:
                 setattr(card, key, float(clean[key]))
-        first_step, first_t = self._first_step
-        done_steps = step - first_step
-        if total and done_steps > 0 and now > first_t:
-            rate = done_steps / (now - first_t)
-            card.eta_s = max(0.0, (total - step) / rate)
-        else:
-            card.eta_s = None
+        shown = self._pass_shown
+        self._end_pass()
         fraction = min(1.0, step / total) if total else 0.0
         card.percent = round(self.percent_base + self.percent_span * fraction, 1)
+        last = total is not None and step >= total
+        if shown or last or now - self._last_card >= CARD_EVERY_S:
+            self._publish_at(now)
+
+    def pass_progress(self, name: str, done: int, total: int, unit: str = "rows") -> None:
+        """Report a pass the stage runs besides its steps (a trainer's eval over its val rows):
+        the card shows `<stage> <name>  done/total unit` from its start until `done` reaches
+        `total`, then the stage's own step again. Its start and end are always published (one
+        card each); its progress at most every CARD_EVERY_S."""
+        now = time.monotonic()
+        card = self.card
+        starting = card.pass_name != name
+        card.phase, card.status = self.stage, "running"
+        card.pass_name, card.pass_done, card.pass_total, card.pass_unit = name, done, total, unit
+        if done >= total:
+            shown = self._pass_shown
+            self._end_pass()
+            if shown:
+                self._publish_at(now)
+        elif starting or now - self._last_card >= CARD_EVERY_S:
+            self._publish_at(now)
+            self._pass_shown = True
+
+    def _end_pass(self) -> None:
+        card = self.card
+        card.pass_name = card.pass_done = card.pass_total = card.pass_unit = None
+        self._pass_shown = False
+
+    def _eta(self, now: float) -> float | None:
+        """Seconds left in this stage at the rate of its steps so far: None ("estimating") until
+        two steps gave a rate, and while a pass runs after the last step (its length is not
+        known); 0 only when every step is done and nothing else runs."""
+        card = self.card
+        step, total = card.step, card.total_steps
+        if step is None or not total or self._first_step is None:
+            return None
+        if step >= total:
+            return None if card.pass_name else 0.0
+        first_step, first_t = self._first_step
+        if step <= first_step or now <= first_t:
+            return None
+        return (total - step) * (now - first_t) / (step - first_step)
+
+    def _publish_at(self, now: float) -> None:
+        self._last_card = now
+        self.card.eta_s = self._eta(now)
         self.publish_card()
 
     def publish_card(self) -> None:

@@ -5,7 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from core.card import WIDTH, Card, measure_ram, progress_bar, render_text, snapshot, write_snapshot
+from core.card import (
+    WIDTH,
+    Card,
+    count_text,
+    measure_ram,
+    progress_bar,
+    render_text,
+    snapshot,
+    write_snapshot,
+)
 
 SKILL_KEYS = {
     "run_id",
@@ -107,3 +116,27 @@ def test_committed_json_schemas_match_the_models() -> None:
         assert (ROOT / "specs" / "schemas" / name).read_text() == text, (
             f"run `trm schemas` ({name})"
         )
+
+
+def test_an_eval_pass_shows_in_the_phase_line_with_its_own_rows() -> None:
+    """The QLoRA sample sat 21 minutes in its val pass showing `phase launch_trainer -`."""
+    card = full_card().model_copy(
+        update={"step": None, "total_steps": None, "eta_s": None, "pass_name": "eval",
+                "pass_done": 120, "pass_total": 480, "pass_unit": "rows"}
+    )  # fmt: skip
+    text = render_text(card)
+    assert "phase   launch_trainer eval   120/480 rows" in text
+    assert "ETA     estimating" in text and "00:00" not in text
+    data = snapshot(card)
+    assert data["card"]["pass_name"] == "eval" and data["card"]["pass_done"] == 120
+    assert data["eta"] == "estimating"
+
+
+def test_a_counter_says_what_it_counts() -> None:
+    read = Card(run_id="x", kind="train", phase="prepare_corpus", step=2239574,
+                total_steps=2239574, unit="bytes")  # fmt: skip
+    assert "prepare_corpus        2.2 MB/2.2 MB read" in render_text(read)
+    assert snapshot(read)["unit"] == "bytes"
+    assert count_text(1500, 2_000_000, "bytes") == "1.5 kB/2.0 MB read"
+    assert count_text(37, 480, "rows") == "37/480 rows"
+    assert count_text(12, 400, None) == "step  12/400" and count_text(None, None, None) == "-"

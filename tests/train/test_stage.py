@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from core.card import Card
+from core.card import Card, render_text
 from core.settings import Settings
 from tests.train.qlora_fixtures import TINY_LLAMA, model_cache, qlora_corpus  # noqa: F401
 from worker.context import StageContext, StageFailure
@@ -222,6 +222,13 @@ def test_a_resumed_qlora_attempt_and_its_cut_rows_show_in_the_stage_counters(
                      budget={"max_tokens": 1})  # fmt: skip
     assert launch_trainer(first, first.spec)["stopped_by"] == "budget"
     assert "resumed_from_step" not in first.counters  # a fresh start
+    # Its val pass before the first step is on the card, with its rows and no ETA yet (issue 22).
+    events = first.publisher.events  # type: ignore[attr-defined]
+    cards = [Card(**data) for type_, data in events if type_ == "card"]
+    passes = [c for c in cards if c.pass_name == "eval" and c.step is None]
+    val_rows = len((qlora_corpus / "messages_val.jsonl").read_text().splitlines())
+    assert passes and passes[0].eta_s is None, cards
+    assert f"launch_trainer eval   0/{val_rows} rows" in render_text(passes[0])
 
     again = make_ctx(tmp_path, qlora_corpus, config, trainer="qlora", model_cache=model_cache)
     again.publisher = first.publisher  # the same run: the checkpoint it recorded

@@ -74,8 +74,10 @@ def evaluate_policy(
     episodes: int = EPISODES,
     progress: Callable[[int, int], None] | None = None,
     should_stop: Callable[[], str | None] | None = None,
+    on_pass: Callable[[str, int, int, str], None] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, int]]:
-    """(scorecard, anchor samples, counters)."""
+    """(scorecard, anchor samples, counters). `progress(rows scored, rows)` as rows are scored;
+    `on_pass(name, done, total, unit)` for what runs after them (the rollouts, world by world)."""
     total = len(train) + len(anchors)
 
     def step(offset: int) -> Callable[[int, int], None] | None:
@@ -98,7 +100,7 @@ def evaluate_policy(
     if anchor_split != "anchor":
         card["notes"].append("the corpus has no anchor split: anchor_score is on val.jsonl")
     cached = CachedPolicy(policy, cache)
-    rates = rollout_rates(cached, anchors, corpus, seed, episodes, should_stop)
+    rates = rollout_rates(cached, anchors, corpus, seed, episodes, should_stop, on_pass)
     if rates is None:
         rates = tagged_rates(anchor_samples, critic or [], anchor_split, cached)
     failure, recovery, per_world, source = rates
@@ -132,6 +134,7 @@ def rollout_rates(
     seed: int,
     episodes: int,
     should_stop: Callable[[], str | None] | None = None,
+    on_pass: Callable[[str, int, int, str], None] | None = None,
 ) -> tuple[dict, dict, dict, str] | None:
     """Rollouts in the anchor worlds named by the rows (None: the rows name no env world)."""
     sources = {s["name"]: s for s in corpus.get("sources", [])}
@@ -150,9 +153,11 @@ def rollout_rates(
     if not worlds:
         return None
     failures, recoveries, per_world = [], [], {}
-    for wid, (world, source, tools) in sorted(worlds.items()):
+    for done, (wid, (world, source, tools)) in enumerate(sorted(worlds.items())):
         if should_stop and should_stop():
             break
+        if on_pass:
+            on_pass("rollouts", done, len(worlds), "worlds")
         routes = tools if source.get("type") == "router_jsonl" else None
         rates = world_rates(policy, world, source, knobs, episodes, seed, routes)
         failures += rates["failure"]
@@ -162,6 +167,8 @@ def rollout_rates(
             "recovery_rate": sc.score(rates["recovery"]),
             "success_rate": sc.score(rates["success"]),
         }
+    if on_pass:
+        on_pass("rollouts", len(worlds), len(worlds), "worlds")
     return sc.score(failures), sc.score(recoveries), per_world, "rollouts"
 
 

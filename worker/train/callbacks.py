@@ -1,9 +1,10 @@
 """The small object through which a trainer talks to the service (STYLE: no inheritance chains).
 
 A trainer calls `on_step` after every optimizer step, `should_stop()` at every step boundary
-(cancel, worker shutdown, or budget: save a checkpoint and return), `on_eval` after each eval,
-and `on_checkpoint` after saving. `StageCallbacks` feeds these into the run's card and events;
-tests and benchmarks can pass a plain `TrainerCallbacks()` that records nothing.
+(cancel, worker shutdown, or budget: save a checkpoint and return), `on_pass` as a pass besides
+the steps goes (an eval over the val rows: from 0 rows to its total, which ends it), `on_eval`
+after each eval, and `on_checkpoint` after saving. `StageCallbacks` feeds these into the run's
+card and events; tests and benchmarks can pass a plain `TrainerCallbacks()` that records nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ class TrainerCallbacks:
 
     def on_step(self, step: int, total: int | None, **metrics: Any) -> None:
         self.steps.append({"step": step, "total": total, **metrics})
+
+    def on_pass(self, name: str, done: int, total: int, unit: str = "rows") -> None:
+        return None
 
     def on_eval(self, step: int, **metrics: Any) -> None:
         self.evals.append({"step": step, **metrics})
@@ -48,6 +52,9 @@ class StageCallbacks(TrainerCallbacks):
 
     def on_step(self, step: int, total: int | None, **metrics: Any) -> None:
         self.ctx.progress(step, total, **metrics)
+
+    def on_pass(self, name: str, done: int, total: int, unit: str = "rows") -> None:
+        self.ctx.pass_progress(name, done, total, unit)
 
     def on_eval(self, step: int, **metrics: Any) -> None:
         self.ctx.publisher.publish(

@@ -265,10 +265,15 @@ class QloraRecipe:
             return
         self.model.eval()
         total, count = 0.0, 0
+        rows, done = sum(map(len, self.val_sequences)), 0  # val rows, packed into sequences
         for i in range(0, len(self.val_sequences), self.micro):
-            batch = collate(self.val, self.val_sequences[i : i + self.micro], self.pad_id)
+            self.callbacks.on_pass("eval", done, rows)  # the card: `launch_trainer eval 8/256 rows`
+            sequences = self.val_sequences[i : i + self.micro]
+            batch = collate(self.val, sequences, self.pad_id)
             total += answer_loss(self.model, batch, self.device).item()
             count += batch["label_tokens"]
+            done += sum(map(len, sequences))
+        self.callbacks.on_pass("eval", rows, rows)
         self.model.train()
         loss = total / max(count, 1)
         self.evals.append({"step": self.done.step, "loss": loss})

@@ -23,6 +23,8 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -101,24 +103,39 @@ class Ema:
 
 @torch.no_grad()
 def evaluate(
-    model: TinyRecursiveModel, data: Encoded, steps: int, device: torch.device
+    model: TinyRecursiveModel,
+    data: Encoded,
+    steps: int,
+    device: torch.device,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[float, float]:
-    """(top-1 accuracy, mean cross-entropy) as the policy answers (halting included)."""
+    """(top-1 accuracy, mean cross-entropy) as the policy answers (halting included);
+    `progress(rows done, rows)` from 0 to the end."""
     if not len(data):
         return 0.0, 0.0
     model.eval()
     right, loss = 0, 0.0
     for start in range(0, len(data), 256):
+        if progress:
+            progress(start, len(data))
         b = data.batch(torch.arange(start, min(start + 256, len(data))), device)
         scores = model.infer(b["x"], b["mask"], steps)
         right += int((scores.argmax(-1) == b["target"]).sum())
         loss += float(F.cross_entropy(scores, b["target"], reduction="sum"))
+    if progress:
+        progress(len(data), len(data))
     model.train()
     return right / len(data), loss / len(data)
 
 
-def accuracy(model: TinyRecursiveModel, data: Encoded, steps: int, device: torch.device) -> float:
-    return evaluate(model, data, steps, device)[0]
+def accuracy(
+    model: TinyRecursiveModel,
+    data: Encoded,
+    steps: int,
+    device: torch.device,
+    progress: Callable[[int, int], None] | None = None,
+) -> float:
+    return evaluate(model, data, steps, device, progress)[0]
 
 
 def train(
@@ -257,8 +274,9 @@ def _train(
     if not probe:
         checkpoint(step)  # on a stop, and at the end: a re-run resumes instead of retraining
     model.load_state_dict(best["state"] if best["state"] is not None else ema.weights)
-    metrics = {"val_accuracy": accuracy(model, val, sup, device) if len(val) else None,
-               "train_accuracy": accuracy(model, data, sup, device)}  # fmt: skip
+    eval_pass = partial(callbacks.on_pass, "eval")  # the card shows `eval rows/rows`
+    metrics = {"val_accuracy": accuracy(model, val, sup, device, eval_pass) if len(val) else None,
+               "train_accuracy": accuracy(model, data, sup, device, eval_pass)}  # fmt: skip
     meta.update(steps=step, final_loss=last_loss, best_epoch=best["epoch"], eval=metrics)
     artifacts = save_model(out_dir, model, space, meta)
     return {
@@ -301,7 +319,8 @@ def _select(
     epoch is kept: the last one wins. Epochs since the best."""
     training = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
     model.load_state_dict(ema.weights)
-    score, loss = evaluate(model, val, steps, device) if len(val) else (None, None)
+    eval_pass = partial(callbacks.on_pass, "eval")
+    score, loss = evaluate(model, val, steps, device, eval_pass) if len(val) else (None, None)
     model.load_state_dict(training)
     callbacks.on_eval(step, epoch=epoch, val_accuracy=score, val_loss=loss)
     better = (
