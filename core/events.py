@@ -74,7 +74,8 @@ class Tx:
         assert type in EVENT_TYPES, type
         values: dict[str, Any] = {"event_seq": Run.event_seq + 1}
         if type == "card":
-            values.update(card=data, phase=data.get("phase"), percent=data.get("percent") or 0.0)
+            values.update(card=data, phase=data.get("phase"), percent=data.get("percent") or 0.0,
+                          best_anchor=data.get("best_anchor"))  # fmt: skip
         update = sa.update(Run).where(col(Run.id) == run_id)
         if self.fence is not None:
             update = update.where(col(Run.lease_token) == self.fence)

@@ -54,6 +54,8 @@ def test_a_second_identical_bench_does_no_forward_passes(tmp_path):
         assert card["references"][name]["anchor_score"]["n"] == card["router"]["n"]["anchor"]
     assert card["references"]["gbdt"]["anchor_score"]["value"] > 0.8
     assert ctx1.counters["forward_passes"] > 0
+    # A bench's best_anchor (the runs list's column) is its router's score.
+    assert ctx1.card.best_anchor == card["router"]["anchor_score"] is not None
     resolved = json.loads((ctx1.run_dir / "bench.resolved.json").read_text())
     assert resolved["split"]["anchor"] == ["route-s1000-w8", "route-s1000-w9"]
     # The scores live in the first run's directory; outside the runs, only the shared bench data.

@@ -140,12 +140,12 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
             done = side_i * repeats + r
 
             def progress(n: int, total: int, done: int = done) -> None:
-                ctx.progress(done * total + n, 2 * repeats * total)
+                ctx.progress(done * total + n, 2 * repeats * total, unit="rows")
 
             card, samples, c = evaluate_policy(
                 policy, train, anchors, split, corpus, cache, critic=critic,
                 seed=resolved["seed"] + r, episodes=resolved["episodes"],
-                progress=progress, should_stop=ctx.should_stop,
+                progress=progress, should_stop=ctx.should_stop, on_pass=ctx.pass_progress,
             )  # fmt: skip
             for key in ("scored", "cached", "tokens_scored"):
                 counters[key] += c[key]
@@ -202,7 +202,12 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     ctx.counters["examples_cached"] = counters["cached"]
     ctx.counters["tokens_scored"] = counters["tokens_scored"]
     ctx.counters["forward_passes"] = counters["forward_passes"]
-    ctx.progress(1, 1, current_anchor=router["anchor_score"], current_train=router["train_score"],
+    # A bench's best is its router's side (the runs list's best_anchor).
+    ctx.card.best_anchor, ctx.card.best_train = router["anchor_score"], router["train_score"]
+    ctx.card.best_gap = router["generalization_gap"]
+    rows = 2 * repeats * (len(train) + len(anchors))
+    ctx.progress(rows, rows, unit="rows", current_anchor=router["anchor_score"],
+                 current_train=router["train_score"],
                  current_gap=router["generalization_gap"])  # fmt: skip
     return {
         "router_anchor": router["anchor_score"],
