@@ -93,11 +93,15 @@ def _gb(used: float | None, total: float | None) -> str:
     return f"{used:.1f}/{total:.1f} GB" if total else f"{used:.1f} GB"
 
 
+SIZE_UNITS = ("B", "KB", "MB", "GB", "TB")
+
+
 def _size(n: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
+    """Decimal units, three significant digits: the dashboard's `bytesText` convention."""
+    value, unit = float(n), 0
+    while abs(value) >= 999.5 and unit < len(SIZE_UNITS) - 1:
+        value, unit = value / 1000, unit + 1
+    return f"{round(value)} B" if unit == 0 else f"{value:#.3g} {SIZE_UNITS[unit]}"
 
 
 def count_text(done: int | None, total: int | None, unit: str | None) -> str:

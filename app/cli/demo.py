@@ -19,7 +19,7 @@ from typing import Any
 from app.cli.runs import load_spec
 from app.cli.server import LocalStack, export_line, serve_until_stopped, stopped_on_exit
 from app.client import ApiCallError, Client
-from core.card import eta_text
+from core.card import count_text, eta_text
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 HEADLINE = ("train_score", "anchor_score", "failure_rate", "recovery_rate", "generalization_gap")
@@ -55,12 +55,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def progress_line(data: dict[str, Any]) -> str:
     """The card's step/loss line, one line per print (what `trm watch` redraws in place)."""
-    step = data.get("step")
-    total = data.get("total_steps")
     loss = data.get("loss")
     return (
         f"   {data.get('phase') or data.get('status') or '-':16} "
-        + (f"step {step}/{total}" if step is not None and total else f"step {step or '-'}")
+        + count_text(data.get("step"), data.get("total_steps"), data.get("unit"))
         + (f"  loss {loss:.4f}" if isinstance(loss, int | float) else "")
         + f"  {float(data.get('percent') or 0):5.1f}%  ETA {eta_text(data.get('eta_s'))}"
     )

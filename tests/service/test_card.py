@@ -135,8 +135,8 @@ def test_an_eval_pass_shows_in_the_phase_line_with_its_own_rows() -> None:
 def test_a_counter_says_what_it_counts() -> None:
     read = Card(run_id="x", kind="train", phase="prepare_corpus", step=2239574,
                 total_steps=2239574, unit="bytes")  # fmt: skip
-    assert "prepare_corpus        2.2 MB/2.2 MB read" in render_text(read)
+    assert "prepare_corpus        2.24 MB/2.24 MB read" in render_text(read)
     assert snapshot(read)["unit"] == "bytes"
-    assert count_text(1500, 2_000_000, "bytes") == "1.5 kB/2.0 MB read"
+    assert count_text(1500, 2_000_000, "bytes") == "1.50 KB/2.00 MB read"
     assert count_text(37, 480, "rows") == "37/480 rows"
     assert count_text(12, 400, None) == "step  12/400" and count_text(None, None, None) == "-"

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from app.cli import build_parser
-from app.cli.demo import follow
+from app.cli.demo import follow, progress_line
 from app.client import Client
 from core.settings import Settings
 from tests.conftest import ROOT, Service
@@ -257,6 +257,14 @@ def test_the_demo_prints_training_progress_and_the_final_status(
     progress = [line for line in out.splitlines() if "step " in line and "%" in line]
     assert progress and any("/6" in line for line in progress), out
     assert out.rstrip().endswith(f"run {run['id']} completed")
+
+
+def test_the_demo_line_says_what_its_counter_counts() -> None:
+    corpus = {"phase": "prepare_corpus", "step": 2239574, "total_steps": 2239574, "unit": "bytes"}
+    assert "2.24 MB/2.24 MB read" in progress_line(corpus) and "step" not in progress_line(corpus)
+    rows = {"phase": "evaluate", "step": 120, "total_steps": 480, "unit": "rows"}
+    assert "120/480 rows" in progress_line(rows)
+    assert "step  3/6" in progress_line({"phase": "loop", "step": 3, "total_steps": 6})
 
 
 def test_sigterm_while_starting_stops_everything_trm_up_started(tmp_path: Path) -> None:

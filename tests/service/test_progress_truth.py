@@ -55,7 +55,7 @@ def test_a_train_runs_card_shows_its_passes_and_counts_and_its_best_anchor_is_li
     cards = card_events(settings, run["id"])
     read = [c for c in cards if c.phase == "prepare_corpus" and c.step is not None]
     assert read and all(c.unit == "bytes" for c in read)
-    assert " kB read" in render_text(read[-1]) or " MB read" in render_text(read[-1])
+    assert " KB read" in render_text(read[-1]) or " MB read" in render_text(read[-1])
     # The stages after the corpus start with no rate: `estimating`, never the corpus's 00:00.
     trainer = [c for c in cards if c.phase == "launch_trainer"]
     for card in [c for c in cards if c.phase == "prepare_config"] + trainer[:1]:
