@@ -31,6 +31,25 @@ from tests.stack import (
     wait_for,
 )
 
+
+def _weight(item: pytest.Item) -> float:
+    """How slow a test says it is: its own timeout when longer than the default, 1 for `slow`."""
+    timeout = item.get_closest_marker("timeout")
+    longer = float(timeout.args[0]) if timeout and timeout.args and timeout.args[0] > 300 else 0
+    return max(longer, 1.0 if item.get_closest_marker("slow") else 0.0)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules holding slow tests (a longer timeout first, then `slow`) run first: with
+    scripts/test.sh's two processes they start beside the many quick ones instead of running
+    alone at the end. The order inside a module is kept."""
+    weight: dict[str, float] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        weight[module] = max(weight.get(module, 0.0), _weight(item))
+    items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])
+
+
 # Every timer short, so that heartbeats, requeues, cancels and keep-alives happen within a test.
 QUICK = {
     "TRM_HEARTBEAT_S": "0.5",

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from core.schemas.corpus import CorpusSpec
 from worker.corpus import build_corpus
@@ -37,10 +38,16 @@ def qlora_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A MODEL_CACHE holding the converted SmolLM2 and a tiny random Llama with its tokenizer."""
     kept = os.environ.get("TRM_TEST_MODEL_CACHE")
-    cache = Path(kept) if kept else tmp_path_factory.mktemp("models")
-    smol = resolve_base_model(BUILTIN, cache)
-    if not (cache / TINY_LLAMA / "config.json").exists():
-        write_tiny_llama(smol, cache / TINY_LLAMA)
+    if kept:
+        cache = Path(kept)
+    else:  # one conversion per test session, shared by pytest-xdist's workers
+        base = tmp_path_factory.getbasetemp()
+        cache = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "models"
+    cache.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache) + ".lock"):
+        smol = resolve_base_model(BUILTIN, cache)
+        if not (cache / TINY_LLAMA / "config.json").exists():
+            write_tiny_llama(smol, cache / TINY_LLAMA)
     return cache
 
 
