@@ -134,10 +134,16 @@ def test_routerbench_starts_is_followed_to_the_end_and_a_retry_is_the_same_run(
     assert [r["id"] for r in runs["runs"]] == [run_id]  # the retry started nothing
 
 
+def hermes_bin() -> str | None:
+    """`hermes`: on PATH, or in the venv scripts/hermes_env.sh makes."""
+    local = ROOT / ".venv-hermes" / "bin" / "hermes"
+    return shutil.which("hermes") or (str(local) if local.exists() else None)
+
+
 def hermes_python() -> str | None:
     """The interpreter hermes-agent is installed in: $HERMES_PYTHON, or the one beside `hermes`."""
     candidates = [os.environ.get("HERMES_PYTHON", "")]
-    if hermes := shutil.which("hermes"):
+    if hermes := hermes_bin():
         candidates.append(str(Path(hermes).resolve().parent / "python"))
     for python in filter(None, candidates):
         probe = [python, "-c", "import tools.skills_tool"]
@@ -160,7 +166,7 @@ print(json.dumps({"listed": sorted(listed), "description": listed["trm-trainer"]
 
 @pytest.mark.skipif(
     HERMES_PYTHON is None,
-    reason="hermes-agent is not installed (`hermes` on PATH, or HERMES_PYTHON naming its python)",
+    reason="hermes-agent is not installed (scripts/hermes_env.sh, `hermes` on PATH, HERMES_PYTHON)",
 )
 def test_hermes_own_loader_lists_the_skill_and_its_missing_variable(tmp_path: Path) -> None:
     shutil.copytree(SKILL.parent, tmp_path / "skills" / "trm-trainer")  # where Hermes installs it

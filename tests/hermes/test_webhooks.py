@@ -183,7 +183,7 @@ def hermes_serves_webhooks() -> bool:
 
 @pytest.mark.skipif(
     not hermes_serves_webhooks(),
-    reason="hermes-agent with aiohttp is not installed (`hermes` on PATH, or HERMES_PYTHON)",
+    reason="hermes-agent with aiohttp is not installed (scripts/hermes_env.sh, or HERMES_PYTHON)",
 )
 def test_hermes_webhook_route_from_the_docs_takes_a_run_and_renders_its_prompt(
     env: dict[str, str], migrated: Any, tmp_path: Path

@@ -4,7 +4,6 @@ HTTP, against a live API and worker with a token: what an agent such as Hermes s
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -20,6 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tests.conftest import ROOT, Service, run_async
+from tests.hermes.test_skill import hermes_bin
 from tests.stack import create_database, drop_database, free_port, wait_for
 
 TOKEN = "mcp-s3cret"
@@ -214,10 +214,14 @@ def _answers(port: int) -> bool:
         return False
 
 
-# hermes-agent pins exact versions (pydantic, cryptography, ...) that are not ours: install it in
-# a venv of its own (`pip install hermes-agent==0.19.0 mcp==1.26.0`) and put its bin/ on PATH.
+# hermes-agent pins exact versions (pydantic, cryptography, ...) that are not ours: it lives in a
+# venv of its own (scripts/hermes_env.sh makes .venv-hermes), or `hermes` on PATH.
+HERMES = hermes_bin()
+
+
 @pytest.mark.skipif(
-    shutil.which("hermes") is None, reason="hermes-agent is not installed (`hermes` not on PATH)"
+    HERMES is None,
+    reason="hermes-agent is not installed (scripts/hermes_env.sh, or `hermes` on PATH)",
 )
 def test_hermes_mcp_test_passes_against_trm_mcp(guarded: Service, tmp_path: Path) -> None:
     params = stdio_params(guarded, TOKEN)
@@ -234,7 +238,7 @@ def test_hermes_mcp_test_passes_against_trm_mcp(guarded: Service, tmp_path: Path
     }
     (home / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
     out = subprocess.run(
-        ["hermes", "mcp", "test", "trm"], env={**params.env, "HERMES_HOME": str(home)},  # type: ignore[dict-item]
+        [str(HERMES), "mcp", "test", "trm"], env={**params.env, "HERMES_HOME": str(home)},  # type: ignore[dict-item]
         capture_output=True, text=True, timeout=120, cwd=ROOT,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
