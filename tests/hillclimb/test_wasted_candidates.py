@@ -118,4 +118,6 @@ def test_a_candidate_whose_twin_is_still_training_waits_and_reuses_it(search_db:
     twin = next(
         r for r in finished if r["run_id"] == reused[0]["reused_from"] and r is not reused[0]
     )
-    assert twin["knobs"]["recovery_rate"] == reused[0]["knobs"]["recovery_rate"] == 0.2
+    # Which of the two shares a corpus with the other depends on who finishes first (a busy
+    # machine reorders them); that they share one does not.
+    assert twin["knobs"]["recovery_rate"] == reused[0]["knobs"]["recovery_rate"]
