@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 .venv/bin/ruff check core app worker tests bench
 .venv/bin/ruff format --check core app worker tests bench
 .venv/bin/mypy core app worker
-# Two processes, one test file each at a time (most tests wait on servers they started); one
-# torch thread each, so two trainers never fight over the two cores. Slow files go first.
+# Three processes, one test file each at a time (most tests wait on servers they started; two
+# left a third of the 2 cores idle), one torch thread each. Slow files go first.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-.venv/bin/pytest -n "${TRM_TEST_PROCESSES:-2}" --dist loadfile --durations=15 "$@"
+.venv/bin/pytest -n "${TRM_TEST_PROCESSES:-3}" --dist loadfile --durations=15 "$@"
