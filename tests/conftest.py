@@ -235,3 +235,12 @@ def route_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     spec = CorpusSpec.model_validate({"sources": [source], "split": {"by": "episode"}})
     build_corpus(spec, root / "corpus")
     return root / "corpus"
+
+
+def rows_folder(settings: Settings, route_corpus: Path) -> str:
+    """The route corpus's train and val rows as a folder source under DATA_DIR; its name."""
+    folder = settings.data_dir / "route"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("train.jsonl", "val.jsonl"):
+        (folder / name).write_text((route_corpus / name).read_text())
+    return "route"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from core.settings import Settings
-from tests.conftest import Service
+from tests.conftest import Service, rows_folder
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -43,14 +43,6 @@ def forging(paths: Callable[[], list[Path]], forged: dict[str, Any]) -> Iterator
     finally:
         stop.set()
         thread.join()
-
-
-def rows_folder(settings: Settings, route_corpus: Path) -> str:
-    folder = settings.data_dir / "route"
-    folder.mkdir(parents=True, exist_ok=True)
-    for name in ("train.jsonl", "val.jsonl"):
-        (folder / name).write_text((route_corpus / name).read_text())
-    return "route"
 
 
 def test_a_forged_resolved_config_does_not_move_the_trainer_output(

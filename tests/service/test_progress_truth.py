@@ -12,18 +12,10 @@ import pytest
 
 from core.card import Card, render_text
 from core.settings import Settings
-from tests.conftest import Service
+from tests.conftest import Service, rows_folder
 
 SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 TINY_TRM = {"hidden": 16}
-
-
-def rows_folder(settings: Settings, route_corpus: Path) -> str:
-    folder = settings.data_dir / "route"
-    folder.mkdir(parents=True, exist_ok=True)
-    for name in ("train.jsonl", "val.jsonl"):
-        (folder / name).write_text((route_corpus / name).read_text())
-    return "route"
 
 
 def card_events(settings: Settings, run_id: str) -> list[Card]:
