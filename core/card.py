@@ -120,12 +120,22 @@ def _fit(text: str, width: int) -> str:
     return text[:width].ljust(width)
 
 
+def _title(card: Card) -> str:
+    """The top line's text: the status always (pollers read it there, the skill included); the
+    trainer only where it fits beside it."""
+    head = f" trm run {card.run_id}  {card.kind}"
+    trainer = f"  {card.trainer}" if card.trainer else ""
+    short = f" {card.run_id}  {card.kind}  {card.status} "
+    for title in (f"{head}{trainer}  {card.status} ", f"{head}  {card.status} ", short):
+        if len(title) <= WIDTH - 6:
+            return title
+    return f" {card.run_id}  {card.status} "
+
+
 def render_text(card: Card) -> str:
     """The box: every line exactly WIDTH characters, ASCII only."""
     inner = WIDTH - 4
-    title = f" trm run {card.run_id}  {card.kind}" + (f"  {card.trainer}" if card.trainer else "")
-    with_status = f"{title}  {card.status} "
-    title = with_status if len(with_status) <= WIDTH - 6 else title + " "
+    title = _title(card)
     top = "+--" + title.ljust(WIDTH - 4, "-")[: WIDTH - 4] + "+"
     phase = card.phase or card.status
     if card.pass_name:

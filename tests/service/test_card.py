@@ -140,3 +140,17 @@ def test_a_counter_says_what_it_counts() -> None:
     assert count_text(1500, 2_000_000, "bytes") == "1.50 KB/2.00 MB read"
     assert count_text(37, 480, "rows") == "37/480 rows"
     assert count_text(12, 400, None) == "step  12/400" and count_text(None, None, None) == "-"
+
+
+def test_the_top_line_always_says_the_status_however_long_kind_and_trainer() -> None:
+    """Pollers (the skill, `trm watch --once | head -1`) read the status on the top line."""
+    run_id = "01JABCDEFGHJKMNPQRSTVWXYZ0"  # a ULID's full 26 characters
+    for kind in ("train", "bench", "hillclimb", "selftest"):
+        for trainer in (None, "trm", "gbdt", "qlora"):
+            for status in ("queued", "running", "completed", "interrupted", "cancelling"):
+                card = Card(run_id=run_id, kind=kind, trainer=trainer, status=status)
+                top = render_text(card).splitlines()[0]
+                assert f"  {status} " in top and run_id in top, top
+                assert len(top) == WIDTH
+    top = render_text(Card(run_id=run_id, kind="train", trainer="qlora", status="completed"))
+    assert "  train  completed " in top.splitlines()[0]  # the trainer gives way to the status
