@@ -127,7 +127,8 @@ def test_a_failing_stage_fails_the_run_with_its_reason(
 
 def test_budget_stops_the_run_completed_by_budget(service: Service, settings: Settings) -> None:
     service.start_worker()
-    run = service.submit(loop_spec(500, 0.02, budget={"max_seconds": 1.5}))
+    # 4 s of a 10 s loop: a busy machine may take a second or two to start the stage's child.
+    run = service.submit(loop_spec(500, 0.02, budget={"max_seconds": 4}))
     done = service.wait_status(run["id"], "completed", "failed", timeout=30)
     assert done["status"] == "completed" and done["stopped_by"] == "budget"
     summary = read_json(settings.runs_dir / run["id"] / "summary.json")

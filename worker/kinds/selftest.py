@@ -46,6 +46,7 @@ def loop(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     if start:
         ctx.note(f"resumed from checkpoint at step {start}")
     ctx.counters["resumed_from_step"] = start
+    ctx.counters.setdefault("steps_run", 0)  # said even when a stop comes before the first step
     steps, every = spec["steps"], spec["checkpoint_every"]
     step = start
     while step < steps:
