@@ -55,6 +55,13 @@ class Card(BaseModel):
     worker: str | None = None
 
 
+def show_best(card: Card, scores: dict[str, Any]) -> None:
+    """The card's `best` line from a scorecard's headline scores (anchor, train, gap)."""
+    card.best_anchor = scores.get("anchor_score")
+    card.best_train = scores.get("train_score")
+    card.best_gap = scores.get("generalization_gap")
+
+
 def measure_ram(pids: list[int] | None = None) -> tuple[float, float]:
     """(GB resident in the given processes, or the machine's used memory; GB total)."""
     vm = psutil.virtual_memory()

@@ -184,8 +184,7 @@ class SearchRun:
     def _why(parent: Candidate | None, diff: dict[str, Any]) -> str:
         if parent is None:
             return "root: the base spec on the start rung"
-        turned = ", ".join(f"{k} {a!r}->{b!r}" for k, (a, b) in diff.items()) or "nothing"
-        return f"mutation of {parent.candidate_id}: {turned}"
+        return f"mutation of {parent.candidate_id}: {_turned(diff) or 'nothing'}"
 
     # -- what a candidate would train ----------------------------------------------------------
     def _body(self, rung: int, knobs: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -209,9 +208,8 @@ class SearchRun:
 
     @staticmethod
     def _inert(parent: Candidate, diff: dict[str, Any], screen: Screen) -> str:
-        turned = ", ".join(f"{k} {a!r}->{b!r}" for k, (a, b) in diff.items())
         why = (
-            f"{turned} cannot change the data: the corpus (corpus_hash "
+            f"{_turned(diff)} cannot change the data: the corpus (corpus_hash "
             f"{screen.corpus_hash[:12]}) and trainer config are {parent.candidate_id}'s"
         )
         effect = screen.effect_of(list(diff))
@@ -344,6 +342,11 @@ class SearchRun:
 
     def _write_result(self, cand: Candidate) -> None:
         write_result(self.run_dir, cand, self.ladder[cand.rung].name)
+
+
+def _turned(diff: dict[str, Any]) -> str:
+    """`knob old->new, ...` for the knobs a mutation turned."""
+    return ", ".join(f"{k} {a!r}->{b!r}" for k, (a, b) in diff.items())
 
 
 def untrained_warning(cand: Candidate) -> str:

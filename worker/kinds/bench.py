@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from core.benches.resolve import ResolveError, resolve_bench
+from core.card import show_best
 from core.rundir import (
     BENCH_RESOLVED,
     SAMPLES,
@@ -203,8 +204,7 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     ctx.counters["tokens_scored"] = counters["tokens_scored"]
     ctx.counters["forward_passes"] = counters["forward_passes"]
     # A bench's best is its router's side (the runs list's best_anchor).
-    ctx.card.best_anchor, ctx.card.best_train = router["anchor_score"], router["train_score"]
-    ctx.card.best_gap = router["generalization_gap"]
+    show_best(ctx.card, router)
     rows = 2 * repeats * (len(train) + len(anchors))
     ctx.progress(rows, rows, unit="rows", current_anchor=router["anchor_score"],
                  current_train=router["train_score"],

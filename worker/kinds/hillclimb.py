@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from core.card import show_best
 from core.errors import ApiError
 from core.paths import under
 from core.rundir import (
@@ -160,9 +161,7 @@ class SearchCard:
             card.current_gap = last.scores.get("generalization_gap")
         best = state.best
         if best is not None:
-            card.best_anchor = best.scores.get("anchor_score")
-            card.best_train = best.scores.get("train_score")
-            card.best_gap = best.scores.get("generalization_gap")
+            show_best(card, best.scores)
             card.best_candidate = best.candidate_id
         card.eta_s = self._eta(state, total)
         fraction = 1.0 if state.stopped and not flying else min(1.0, len(done) / total)

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from core.card import show_best
 from core.rundir import (
     CORPUS,
     CORPUS_PLAN,
@@ -377,8 +378,7 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     for note in card["notes"]:
         ctx.note(note)
     # A train run's best is what it trained, as measured here (the runs list's best_anchor).
-    ctx.card.best_anchor, ctx.card.best_train = card["anchor_score"], card["train_score"]
-    ctx.card.best_gap = card["generalization_gap"]
+    show_best(ctx.card, card)
     ctx.progress(
         len(train) + len(anchors), len(train) + len(anchors), unit="rows",
         current_anchor=card["anchor_score"], current_train=card["train_score"],
