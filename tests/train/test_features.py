@@ -94,3 +94,25 @@ def test_a_feature_space_of_an_older_encoding_asks_to_train_again(tmp_path: Path
     assert raised.value.failure_class == "dependency" and "train the model again" in str(
         raised.value
     )
+
+
+def test_a_line_of_cells_keyed_by_the_candidate_is_read_at_the_candidates_own_slot() -> None:
+    """`busy.oven` is the oven's time line; `place:oven@t3` is read at cell 3, whatever the
+    machine is called, and a digit in a machine's name (`cpu0`) is not taken for its time."""
+    state = {"job": {"dur": 2}, "busy": {"oven": "..#....", "cpu0": "....#.."}}
+    tools = ["place:oven@t2", "place:oven@t3", "place:cpu0@t3", "place:cpu0@t9"]
+    features = dict(zip(tools, row_features(json.dumps(state), tools), strict=True))
+    taken, free, short, past = (features[t] for t in tools)
+    assert taken["AT:busy.*|0:#"] == 1.0 and "AT:busy.*|0:." not in taken
+    assert free["AT:busy.*|0:."] == 1.0 and free["RUN:busy.*|0"] == 4.0  # cells 3..6 are free
+    assert short["RUN:busy.*|0"] == 1.0  # cell 4 is busy: a 2-slot job does not fit at 3
+    assert short["D:RUN:busy.*|0|job.dur"] == -1.0  # compared with the job's length
+    assert short["N:0"] == free["N:0"] == 3.0  # the time, not cpu0's 0
+    assert past["AT:busy.*|0:past"] == 1.0  # beyond the line's end
+
+
+def test_text_with_spaces_or_many_symbols_is_not_read_as_cells() -> None:
+    state = {"notes": {"oven": "runs hot at 3"}, "codes": {"oven": "abcdefgh"}}
+    tools = ["place:oven@t3"]
+    (features,) = row_features(json.dumps(state), tools)
+    assert not any(name.startswith(("AT:", "RUN:")) for name in features)

@@ -77,7 +77,7 @@ class ScheduleWorld(World):
             for m, name in enumerate(machines):
                 action = style["slot"].format(m=name, t=t)
                 self._slot[action] = (m, t)
-                tags[action] = f"place:m{m}@t{t}"
+                tags[action] = f"place:{name}@t{t}"
         params = {
             "machines": machines,
             "horizon": horizon,

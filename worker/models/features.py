@@ -24,7 +24,12 @@ Generic: no family is named here. For a row `(state, tools)`:
   `COV:<a>|<c>` (share of a context list in an aligned list), `EQ:<a>|<c>` (equal strings);
   `NAME_IN:<c>` (a candidate name is in a context list or equals a context string);
   `L:<list>`, `DUP:<list>`, `LD:<a>|<b>` (a context list's length, its repeated items, two
-  lists' length difference).
+  lists' length difference); `AT:<line>|<k>:<symbol>` and `RUN:<line>|<k>` (an aligned line of
+  cells, `busy.oven = "..#.."`, read at the candidate's k-th id number: the symbol there, and
+  how many cells from there hold it).
+- **Numbers of an id** are the ones outside the names the state uses: the 0 of `cpu0` in
+  `place:cpu0@t3` is the machine's name (a key of the state), so a slot's time is its first
+  number in every world.
 - **Size-invariant**: ranks and distances, never the number of candidates, so a row at the
   anchors offering twice the candidates seen in training reads the same.
 
@@ -58,11 +63,13 @@ MAX_ALIGNED = 24  # aligned numbers per candidate that are compared with the con
 MIN_SHARE = 0.005  # a feature must occur in this share of train rows (and at least twice)
 MAX_LISTS = 8  # lists whose shapes (length, repeats, length differences) a row reports
 MAX_FEATURES = 4096
+MAX_CELL_SYMBOLS = 4  # a line of cells has at most this many distinct symbols
 FORMAT = "trm-features/2"  # /2: no candidate count; id-number ranks, list shapes
 
 _SEGMENTS = re.compile(r"[:@/.\s]+")
 _WORDS = re.compile(r"[A-Za-z]{3,}")
 _INTS = re.compile(r"\d+")
+_DIGITS_AS_LETTERS = str.maketrans("0123456789", "abcdefghij")
 
 
 def names_of(tool: str) -> set[str]:
@@ -176,6 +183,8 @@ def row_features(state_text: str, tools: list[str]) -> list[Features]:
         state = {"text": state_text}
     n = len(tools)
     names = [names_of(t) for t in tools]
+    known = _state_names(state)
+    numbered = [_numbers_outside_names(t, ns & known) for t, ns in zip(tools, names, strict=True)]
     aligned: list[list[tuple[str, Value]]] = []
     roots: set[str] = set()
     for tool_names in names:
@@ -208,7 +217,7 @@ def row_features(state_text: str, tools: list[str]) -> list[Features]:
         for piece in pieces_of(tool):
             f[f"P:{piece}"] = 1.0
         own_numbers: list[tuple[str, float]] = []
-        for k, number in enumerate(id_numbers(tool)):
+        for k, number in enumerate(id_numbers(numbered[i])):
             f[f"N:{k}"] = float(number)
             own_numbers.append((f"N:{k}", float(number)))
         for path, value in aligned[i]:
@@ -231,6 +240,8 @@ def row_features(state_text: str, tools: list[str]) -> list[Features]:
                 for cpath, cstr in ctx_strings:
                     if cstr == value:
                         f[f"EQ:{path}|{cpath}"] = 1.0
+                if _is_cells(value):
+                    own_numbers += _cells_at(value, path, id_numbers(numbered[i]), f)
         for key, value in own_numbers[:MAX_ALIGNED]:
             for cpath, cvalue in ctx_numbers:
                 f[f"D:{key}|{cpath}"] = value - float(cvalue)
@@ -243,9 +254,68 @@ def row_features(state_text: str, tools: list[str]) -> list[Features]:
             if cstr in names[i]:
                 f[f"NAME_IN:{cpath}"] = 1.0
         out.append(f)
-    _id_number_ranks(tools, out)
+    _id_number_ranks(numbered, out)
     _list_shapes(state, roots, out)
     return out
+
+
+def _state_names(state: Any) -> set[str]:
+    """Every key of the state's objects and every `name`/`id` of its list items, lower case."""
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                found.add(str(key).lower())
+                walk(value)
+        elif isinstance(node, list):
+            for value in node[:64]:
+                tag = value.get("name", value.get("id")) if isinstance(value, dict) else None
+                if isinstance(tag, str):
+                    found.add(tag.lower())
+                walk(value)
+
+    walk(state)
+    return found
+
+
+def _numbers_outside_names(tool: str, names: set[str]) -> str:
+    """The candidate's id with the digits of the names the state uses spelled as letters: in
+    `place:cpu0@t3` the 0 is part of the machine `cpu0` (a key of the state), not a number, so
+    the slot's time is its first number in every world (`place:lineA@t3`, `place:m2@t3`)."""
+    low = tool.lower()
+    for name in sorted(names, key=len, reverse=True):
+        if name != low and any(c.isdigit() for c in name):
+            low = low.replace(name, name.translate(_DIGITS_AS_LETTERS))
+    return low
+
+
+def _is_cells(text: str) -> bool:
+    """A line of cells (`"..##m..."`: a machine's time slots, a row of a map): a short string
+    of a few distinct symbols and no spaces, read by position, not as a word."""
+    return 3 <= len(text) <= 64 and " " not in text and len(set(text)) <= MAX_CELL_SYMBOLS
+
+
+def _cells_at(text: str, path: str, numbers: list[int], f: Features) -> list[tuple[str, float]]:
+    """A line of cells aligned with the candidate, read at the candidate's own id numbers
+    (`slot_oven_3` on `busy.oven`: the cell at 3): `AT:<line>|<k>:<symbol>` the symbol there,
+    and `RUN:<line>|<k>` how many cells from there hold the same symbol (free slots ahead),
+    which returns as an own number so that it is compared with the context (a job's length)."""
+    runs: list[tuple[str, float]] = []
+    for k, at in enumerate(numbers):
+        if at >= len(text):
+            f[f"AT:{path}|{k}:past"] = 1.0
+            continue
+        symbol = text[at]
+        f[f"AT:{path}|{k}:{symbol}"] = 1.0
+        run = len(text) - at
+        for j in range(at, len(text)):
+            if text[j] != symbol:
+                run = j - at
+                break
+        runs.append((f"RUN:{path}|{k}", float(run)))
+        f[f"RUN:{path}|{k}"] = float(run)
+    return runs
 
 
 def _id_number_ranks(tools: list[str], out: list[Features]) -> None:
