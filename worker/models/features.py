@@ -20,7 +20,9 @@ Generic: no family is named here. For a row `(state, tools)`:
   whose ids differ only in that number); `A:<field>` (an aligned number) with
   `R:` (its rank among the candidates), `HI:`/`LO:` (its distance to their max/min);
   `C:<leaf>` (a context number, the same for every candidate); `D:<a>|<c>` (aligned or id
-  number minus context number); `IN:<a>|<c>` (context string in an aligned list),
+  number minus context number) and `GE:<a>|<c>` (whether it is at least the context number: a
+  rule's edge, `t >= release`, as a flag, which a neural model does not stretch past the values
+  it trained on); `IN:<a>|<c>` (context string in an aligned list),
   `COV:<a>|<c>` (share of a context list in an aligned list), `EQ:<a>|<c>` (equal strings);
   `NAME_IN:<c>` (a candidate name is in a context list or equals a context string);
   `L:<list>`, `DUP:<list>`, `LD:<a>|<b>` (a context list's length, its repeated items, two
@@ -245,6 +247,7 @@ def row_features(state_text: str, tools: list[str]) -> list[Features]:
         for key, value in own_numbers[:MAX_ALIGNED]:
             for cpath, cvalue in ctx_numbers:
                 f[f"D:{key}|{cpath}"] = value - float(cvalue)
+                f[f"GE:{key}|{cpath}"] = float(value >= cvalue)
         for cpath, cvalue in ctx_numbers:
             f[f"C:{cpath}"] = float(cvalue)
         for cpath, cset in ctx_sets:
