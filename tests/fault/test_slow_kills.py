@@ -13,9 +13,12 @@ import pytest
 from core.settings import Settings
 from tests.conftest import Service, wait_for
 from tests.fault.helpers import read_json, stored_events
+from tests.train.qlora_fixtures import model_cache  # noqa: F401
 
-# In CI (slow, not soak): about 4 minutes on a busy 2-core box with the converted SmolLM2 kept
-# (TRM_TEST_MODEL_CACHE); a first conversion adds a minute or two.
+# ruff: noqa: F811 (the imported model_cache fixture is named as an argument)
+
+# In CI (slow, not soak): about 2 minutes on a busy 2-core box; the workers find SmolLM2 already
+# converted (the session's one conversion, tests/train/qlora_fixtures.py).
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
@@ -26,9 +29,10 @@ def route_play(data_dir: Path) -> None:
 
 
 @pytest.fixture
-def env(env: dict[str, str]) -> dict[str, str]:
-    kept = os.environ.get("TRM_TEST_MODEL_CACHE")  # a converted SmolLM2 to reuse, if any
-    return {**env, "TRM_MODEL_CACHE": kept} if kept else env
+def env(env: dict[str, str], model_cache: Path) -> dict[str, str]:
+    """The workers' MODEL_CACHE is the session's, where SmolLM2 is converted once (a worker
+    that found none would convert it again: a minute of CPU on a busy machine)."""
+    return {**env, "TRM_MODEL_CACHE": str(model_cache)}
 
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
