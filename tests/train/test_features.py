@@ -104,10 +104,11 @@ def test_a_line_of_cells_keyed_by_the_candidate_is_read_at_the_candidates_own_sl
     features = dict(zip(tools, row_features(json.dumps(state), tools), strict=True))
     taken, free, short, past = (features[t] for t in tools)
     assert taken["AT:busy.*|0:#"] == 1.0 and "AT:busy.*|0:." not in taken
-    assert free["AT:busy.*|0:."] == 1.0 and free["RUN:busy.*|0"] == 4.0  # cells 3..6 are free
-    assert short["RUN:busy.*|0"] == 1.0  # cell 4 is busy: a 2-slot job does not fit at 3
-    assert short["D:RUN:busy.*|0|job.dur"] == -1.0  # compared with the job's length
-    assert short["GE:RUN:busy.*|0|job.dur"] == 0.0 and free["GE:RUN:busy.*|0|job.dur"] == 1.0
+    assert free["AT:busy.*|0:."] == 1.0 and free["RUN:busy.*|0:."] == 4.0  # cells 3..6 are free
+    assert short["RUN:busy.*|0:."] == 1.0  # cell 4 is busy: a 2-slot job does not fit at 3
+    assert short["D:RUN:busy.*|0:.|job.dur"] == -1.0  # compared with the job's length
+    assert short["GE:RUN:busy.*|0:.|job.dur"] == 0.0 and free["GE:RUN:busy.*|0:.|job.dur"] == 1.0
+    assert taken["RUN:busy.*|0:#"] == 1.0 and "RUN:busy.*|0:." not in taken
     assert short["N:0"] == free["N:0"] == 3.0  # the time, not cpu0's 0
     assert past["AT:busy.*|0:past"] == 1.0  # beyond the line's end
 

@@ -28,7 +28,7 @@ Generic: no family is named here. For a row `(state, tools)`:
   `L:<list>`, `DUP:<list>`, `LD:<a>|<b>` (a context list's length, its repeated items, two
   lists' length difference); `AT:<line>|<k>:<symbol>` and `RUN:<line>|<k>` (an aligned line of
   cells, `busy.oven = "..#.."`, read at the candidate's k-th id number: the symbol there, and
-  how many cells from there hold it).
+  `RUN:<line>|<k>:<symbol>` how many cells from there hold it).
 - **Numbers of an id** are the ones outside the names the state uses: the 0 of `cpu0` in
   `place:cpu0@t3` is the machine's name (a key of the state), so a slot's time is its first
   number in every world.
@@ -302,8 +302,9 @@ def _is_cells(text: str) -> bool:
 def _cells_at(text: str, path: str, numbers: list[int], f: Features) -> list[tuple[str, float]]:
     """A line of cells aligned with the candidate, read at the candidate's own id numbers
     (`slot_oven_3` on `busy.oven`: the cell at 3): `AT:<line>|<k>:<symbol>` the symbol there,
-    and `RUN:<line>|<k>` how many cells from there hold the same symbol (free slots ahead),
-    which returns as an own number so that it is compared with the context (a job's length)."""
+    and `RUN:<line>|<k>:<symbol>` how many cells from there hold it (free slots ahead), under
+    the symbol's name, so that its comparison with the context (`GE:RUN:busy.*|0:.|job.dur`:
+    a free stretch at least the job's length) says what it is a run of."""
     runs: list[tuple[str, float]] = []
     for k, at in enumerate(numbers):
         if at >= len(text):
@@ -316,8 +317,8 @@ def _cells_at(text: str, path: str, numbers: list[int], f: Features) -> list[tup
             if text[j] != symbol:
                 run = j - at
                 break
-        runs.append((f"RUN:{path}|{k}", float(run)))
-        f[f"RUN:{path}|{k}"] = float(run)
+        runs.append((f"RUN:{path}|{k}:{symbol}", float(run)))
+        f[f"RUN:{path}|{k}:{symbol}"] = float(run)
     return runs
 
 
@@ -451,7 +452,8 @@ class FeatureSpace:
             k, s, ss = sums[name]
             mu = s / k
             mean.append(mu)
-            scale.append(math.sqrt(max(ss / k - mu * mu, 0.0)) or 1.0)
+            spread = math.sqrt(max(ss / k - mu * mu, 0.0))
+            scale.append(spread if spread > 1e-6 else 1.0)  # one value: rounding, not spread
         return cls(names, mean, scale)
 
     @property
