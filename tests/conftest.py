@@ -49,15 +49,26 @@ def _weight(item: pytest.Item) -> float:
     return max(longer, 1.0 if item.get_closest_marker("slow") else 0.0)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest-xdist's `--dist loadfile` hands out files by their number of tests unless told
+    not to (`--no-loadscope-reorder`): the order below is the one it keeps."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Modules holding slow tests (a longer timeout first, then `slow`) run first: with
-    scripts/test.sh's two processes they start beside the many quick ones instead of running
-    alone at the end. The order inside a module is kept."""
+    """Modules holding slow tests (a longer timeout first, then `slow`) run first, then the
+    others by their number of tests, most first: with scripts/test.sh's processes the slow ones
+    start beside the many quick ones instead of running alone at the end (xdist's own order, by
+    number of tests alone, put the one-test slow files last). The order inside a module is
+    kept."""
     weight: dict[str, float] = {}
+    tests: dict[str, int] = {}
     for item in items:
         module = item.nodeid.split("::")[0]
         weight[module] = max(weight.get(module, 0.0), _weight(item))
-    items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])
+        tests[module] = tests.get(module, 0) + 1
+    items.sort(key=lambda item: (-weight[m := item.nodeid.split("::")[0]], -tests[m]))
 
 
 # Every timer short, so that heartbeats, requeues, cancels and keep-alives happen within a test.
