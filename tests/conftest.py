@@ -176,6 +176,24 @@ def service(env: dict[str, str], migrated: Settings, tmp_path: Path) -> Iterator
     svc.stop()
 
 
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def shared_service(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Service]:
+    """One service (an API, no worker) per database for a module's tests that look only at the
+    runs they submit themselves, or none: an API start per test cost more than most of these
+    tests. A test that counts every run (a listing, the metrics) or starts a worker takes a
+    `service` of its own."""
+    root = tmp_path_factory.mktemp(f"shared-{request.param}")
+    scratch = Scratch(root, create_database(request.param, root))
+    scratch.migrate()
+    svc = Service({**scratch.env, **QUICK}, root / "logs")
+    svc.start_api()
+    yield svc
+    svc.stop()
+    scratch.drop()
+
+
 class TcpProxy:
     """127.0.0.1:port -> target. `cut()` closes the listener and every open connection (the
     server is unreachable: connects are refused); `restore()` listens again on the same port."""

@@ -3,32 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from tests.conftest import QUICK, Service
-from tests.stack import Scratch, create_database
+from tests.conftest import Service
 
 SELFTEST = {"kind": "selftest", "steps": 3, "step_seconds": 0.01}
-
-
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def api(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Service]:
-    """One service per database for the tests that look only at runs they submit themselves (or
-    none): an API start per test cost more than most of these tests. A test that counts every
-    run (a listing, the metrics) has a `service` of its own."""
-    root = tmp_path_factory.mktemp(f"api-{request.param}")
-    scratch = Scratch(root, create_database(request.param, root))
-    scratch.migrate()
-    svc = Service({**scratch.env, **QUICK}, root / "logs")
-    svc.start_api()
-    yield svc
-    svc.stop()
-    scratch.drop()
 
 
 def error_of(response: Any) -> dict[str, Any]:
@@ -38,41 +17,41 @@ def error_of(response: Any) -> dict[str, Any]:
     return body["error"]  # type: ignore[no-any-return]
 
 
-def test_submit_returns_202_and_the_run_is_queued(api: Service) -> None:
-    response = api.http.post("/runs", json=SELFTEST)
+def test_submit_returns_202_and_the_run_is_queued(shared_service: Service) -> None:
+    response = shared_service.http.post("/runs", json=SELFTEST)
     assert response.status_code == 202
     run = response.json()
     assert run["status"] == "queued" and run["kind"] == "selftest" and run["attempt"] == 1
     assert response.headers["location"] == f"/runs/{run['id']}"
-    shown = api.run(run["id"])
+    shown = shared_service.run(run["id"])
     assert shown["spec"]["steps"] == 3
     assert shown["card"] is None or shown["card"]["run_id"] == run["id"]
 
 
-def test_unknown_key_gets_422_naming_the_field(api: Service) -> None:
+def test_unknown_key_gets_422_naming_the_field(shared_service: Service) -> None:
     spec = {
         "kind": "train",
         "corpus": {"sources": [{"type": "jsonl", "name": "a", "path": "x.jsonl", "colour": 1}]},
     }
-    err = error_of(api.http.post("/runs", json=spec))
+    err = error_of(shared_service.http.post("/runs", json=spec))
     assert err["code"] == "validation_error"
     assert err["details"][0]["field"] == "corpus.sources[0].colour"
     assert "corpus.sources[0].colour" in err["message"]
 
 
-def test_bad_values_and_kinds_get_422_naming_the_field(api: Service) -> None:
-    response = api.http.post("/runs", json={"kind": "selftest", "steps": 0})
+def test_bad_values_and_kinds_get_422_naming_the_field(shared_service: Service) -> None:
+    response = shared_service.http.post("/runs", json={"kind": "selftest", "steps": 0})
     assert response.status_code == 422
     assert error_of(response)["details"][0]["field"] == "steps"
-    response = api.http.post("/runs", json={"kind": "party"})
+    response = shared_service.http.post("/runs", json={"kind": "party"})
     assert response.status_code == 422
     assert error_of(response)["details"][0]["field"] == "kind"
-    response = api.http.post("/runs", json=[1, 2])
+    response = shared_service.http.post("/runs", json=[1, 2])
     assert response.status_code == 422
 
 
-def test_malformed_json_names_line_and_column(api: Service) -> None:
-    response = api.http.post(
+def test_malformed_json_names_line_and_column(shared_service: Service) -> None:
+    response = shared_service.http.post(
         "/runs",
         content=b'{"kind": "selftest",\n "steps": }',
         headers={"content-type": "application/json"},
@@ -82,15 +61,15 @@ def test_malformed_json_names_line_and_column(api: Service) -> None:
     assert err["code"] == "bad_json" and err["details"] == {"line": 2, "column": 11}
 
 
-def test_spec_over_the_settings_limits_is_refused(api: Service) -> None:
-    response = api.http.post("/runs", json={"kind": "selftest", "steps": 10**9})
+def test_spec_over_the_settings_limits_is_refused(shared_service: Service) -> None:
+    response = shared_service.http.post("/runs", json={"kind": "selftest", "steps": 10**9})
     assert response.status_code == 422
     assert error_of(response)["details"][0]["field"] == "steps"
 
 
-def test_body_over_one_mib_gets_413(api: Service) -> None:
+def test_body_over_one_mib_gets_413(shared_service: Service) -> None:
     big = {"kind": "selftest", "name": "x", "pad": "y" * (1024 * 1024 + 10)}
-    response = api.http.post(
+    response = shared_service.http.post(
         "/runs", content=json.dumps(big).encode(), headers={"content-type": "application/json"}
     )
     assert response.status_code == 413
@@ -107,17 +86,17 @@ def test_same_idempotency_key_and_body_gives_one_run(service: Service) -> None:
     assert [r["id"] for r in runs] == [first["id"]]
 
 
-def test_an_empty_idempotency_key_is_refused(api: Service) -> None:
+def test_an_empty_idempotency_key_is_refused(shared_service: Service) -> None:
     for _ in range(2):
-        response = api.http.post("/runs", json=SELFTEST, headers={"Idempotency-Key": ""})
+        response = shared_service.http.post("/runs", json=SELFTEST, headers={"Idempotency-Key": ""})
         assert response.status_code == 422
         assert error_of(response)["details"][0]["field"] == "Idempotency-Key"
 
 
-def test_same_idempotency_key_with_another_body_is_409(api: Service) -> None:
-    api.submit(SELFTEST, **{"Idempotency-Key": "k-2"})
+def test_same_idempotency_key_with_another_body_is_409(shared_service: Service) -> None:
+    shared_service.submit(SELFTEST, **{"Idempotency-Key": "k-2"})
     other = dict(SELFTEST, steps=4)
-    response = api.http.post("/runs", json=other, headers={"Idempotency-Key": "k-2"})
+    response = shared_service.http.post("/runs", json=other, headers={"Idempotency-Key": "k-2"})
     assert response.status_code == 409
     assert error_of(response)["code"] == "idempotency_conflict"
 
@@ -146,40 +125,40 @@ def test_list_runs_pages_with_a_cursor_and_filters(service: Service) -> None:
     assert bad.status_code == 422
 
 
-def test_unknown_run_is_404_in_the_uniform_body(api: Service) -> None:
+def test_unknown_run_is_404_in_the_uniform_body(shared_service: Service) -> None:
     for path in ("/runs/NOPE", "/runs/NOPE/card", "/runs/NOPE/events", "/runs/NOPE/artifacts"):
-        response = api.http.get(path)
+        response = shared_service.http.get(path)
         assert response.status_code == 404, path
         assert error_of(response)["code"] == "not_found"
 
 
-def test_cancel_of_a_queued_run_ends_it_at_once(api: Service) -> None:
-    run = api.submit(SELFTEST)
-    response = api.http.post(f"/runs/{run['id']}/cancel")
+def test_cancel_of_a_queued_run_ends_it_at_once(shared_service: Service) -> None:
+    run = shared_service.submit(SELFTEST)
+    response = shared_service.http.post(f"/runs/{run['id']}/cancel")
     assert response.status_code == 202
     assert response.json()["status"] == "cancelled"
-    assert api.run(run["id"])["finished_at"] is not None
-    again = api.http.post(f"/runs/{run['id']}/cancel")
+    assert shared_service.run(run["id"])["finished_at"] is not None
+    again = shared_service.http.post(f"/runs/{run['id']}/cancel")
     assert again.status_code == 202 and again.json()["status"] == "cancelled"
 
 
-def test_card_text_is_a_box_of_equal_lines(api: Service) -> None:
-    run = api.submit(SELFTEST)
-    text = api.http.get(f"/runs/{run['id']}/card", params={"format": "text"}).text
+def test_card_text_is_a_box_of_equal_lines(shared_service: Service) -> None:
+    run = shared_service.submit(SELFTEST)
+    text = shared_service.http.get(f"/runs/{run['id']}/card", params={"format": "text"}).text
     lines = text.rstrip("\n").splitlines()
     assert len(lines) == 7 and len({len(line) for line in lines}) == 1
     assert run["id"] in lines[0] and "estimating" in text
-    card = api.http.get(f"/runs/{run['id']}/card").json()
+    card = shared_service.http.get(f"/runs/{run['id']}/card").json()
     assert card["run_id"] == run["id"] and card["status"] == "queued"
 
 
-def test_artifact_paths_cannot_leave_the_run_dir(api: Service) -> None:
-    run = api.submit(SELFTEST)
+def test_artifact_paths_cannot_leave_the_run_dir(shared_service: Service) -> None:
+    run = shared_service.submit(SELFTEST)
     for path in ("../../etc/passwd", "..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd"):
-        response = api.http.get(f"/runs/{run['id']}/artifacts/{path}")
+        response = shared_service.http.get(f"/runs/{run['id']}/artifacts/{path}")
         assert response.status_code in (400, 404), path
         assert "root:" not in response.text
-    listing = api.http.get(f"/runs/{run['id']}/artifacts").json()
+    listing = shared_service.http.get(f"/runs/{run['id']}/artifacts").json()
     assert [a["path"] for a in listing["artifacts"]] == ["events.jsonl"]
 
 
@@ -196,7 +175,7 @@ def test_health_ready_and_metrics(service: Service) -> None:
     assert "trm_api_rss_bytes" in metrics
 
 
-def test_openapi_describes_the_run_spec(api: Service) -> None:
-    schema = api.http.get("/openapi.json").json()
+def test_openapi_describes_the_run_spec(shared_service: Service) -> None:
+    schema = shared_service.http.get("/openapi.json").json()
     assert "RunSpec" in schema["components"]["schemas"]
     assert "TrainSpec" in schema["components"]["schemas"]

@@ -7,7 +7,6 @@ import psutil
 
 from app.client import iter_sse
 from bench.sse_replay import PeakRss, store_events
-from core.settings import Settings
 from tests.conftest import Service
 from tests.service.test_sse import read_stream, stored_ids
 
@@ -15,9 +14,8 @@ EVENTS = 50_000
 MIB = 1024 * 1024
 
 
-def test_replay_of_50k_events_streams_in_pages_not_all_at_once(
-    service: Service, settings: Settings
-) -> None:
+def test_replay_of_50k_events_streams_in_pages_not_all_at_once(shared_service: Service) -> None:
+    service, settings = shared_service, shared_service.settings  # no worker: runs stay as sent
     run = service.submit({"kind": "selftest"})  # no worker: the events below are its history
     store_events(settings.database_url, run["id"], EVENTS, size=600)
     assert service.api is not None
@@ -35,9 +33,8 @@ def test_replay_of_50k_events_streams_in_pages_not_all_at_once(
     assert len(ids) == EVENTS + 2
 
 
-def test_tail_replays_only_the_last_events_then_reconnects_exactly(
-    service: Service, settings: Settings
-) -> None:
+def test_tail_replays_only_the_last_events_then_reconnects_exactly(shared_service: Service) -> None:
+    service, settings = shared_service, shared_service.settings
     run = service.submit({"kind": "selftest"})
     store_events(settings.database_url, run["id"], 500, size=20)
     every = stored_ids(settings, run["id"])
@@ -54,8 +51,9 @@ def test_tail_replays_only_the_last_events_then_reconnects_exactly(
 HOSTILE_IDS = ["²", "١٢", "-1", "+5", "1e3", "0x10", "abc", str(2**63), "9" * 40, "1 2"]
 
 
-def test_hostile_event_ids_are_422s_naming_the_field(service: Service) -> None:
+def test_hostile_event_ids_are_422s_naming_the_field(shared_service: Service) -> None:
     """`²` passed str.isdigit() and int() then failed: a 500; 2**63 overflowed the query."""
+    service = shared_service
     run = service.submit({"kind": "selftest"})
     url = f"/runs/{run['id']}/events"
     for value in HOSTILE_IDS:
@@ -72,7 +70,8 @@ def test_hostile_event_ids_are_422s_naming_the_field(service: Service) -> None:
         assert query.split("=")[0] in response.text
 
 
-def test_largest_event_id_replays_nothing_and_follows(service: Service, settings: Settings) -> None:
+def test_largest_event_id_replays_nothing_and_follows(shared_service: Service) -> None:
+    service, settings = shared_service, shared_service.settings
     run = service.submit({"kind": "selftest"})
     store_events(settings.database_url, run["id"], 3, size=10)
     events, _ = read_stream(service, run["id"], 2**63 - 1)
