@@ -12,7 +12,18 @@ import pytest
 from core.settings import Settings
 from tests.conftest import Service
 
-pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+pytestmark = pytest.mark.parametrize("shared_service", ["sqlite"], indirect=True)
+
+
+@pytest.fixture
+def service(shared_service: Service) -> Service:
+    """Every test here looks only at what it sends (its own runs, or none): one API for all."""
+    return shared_service
+
+
+@pytest.fixture
+def settings(shared_service: Service) -> Settings:
+    return shared_service.settings
 
 
 def assert_error(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
