@@ -118,3 +118,22 @@ def test_text_with_spaces_or_many_symbols_is_not_read_as_cells() -> None:
     tools = ["place:oven@t3"]
     (features,) = row_features(json.dumps(state), tools)
     assert not any(name.startswith(("AT:", "RUN:")) for name in features)
+
+
+def test_a_feature_only_one_world_shows_is_left_out_when_the_rows_span_several() -> None:
+    """A name one world alone uses (its machine `oven`) cannot carry to an unseen world; what
+    every world shows (the slot's time) stays."""
+    rows = []
+    for w in range(6):
+        machine = "oven" if w == 0 else f"line{'ABCDE'[w - 1]}"
+        for t in range(5):
+            state = {"busy": {machine: "....."}, "job": {"release": t}}
+            tools = [f"place:{machine}@t{k}" for k in range(5)]
+            rows.append({"state": json.dumps(state), "tools": tools, "action": tools[t],
+                         "env": f"w{w}"})  # fmt: skip
+    names = FeatureSpace.fit(rows).names
+    assert "P:oven" not in names and "P:linea" not in names
+    assert "D:N:0|job.release" in names and "GE:N:0|job.release" in names
+    one_world = FeatureSpace.fit([r for r in rows if r["env"] == "w0"]).names
+    assert "P:oven" not in one_world  # one value on every candidate: constant, left out anyway
+    assert "D:N:0|job.release" in one_world  # with one world there is no floor

@@ -35,8 +35,9 @@ Generic: no family is named here. For a row `(state, tools)`:
 - **Size-invariant**: ranks and distances, never the number of candidates, so a row at the
   anchors offering twice the candidates seen in training reads the same.
 
-`FeatureSpace` is fitted on the train rows: which feature names exist (seen often enough, and not
-one value on every candidate), and for the neural model their scale. It is saved as JSON beside
+`FeatureSpace` is fitted on the train rows: which feature names exist (seen often enough, in
+enough of the train worlds to carry to an unseen one, and not one value on every candidate), and
+for the neural model their scale. It is saved as JSON beside
 the model.
 """
 
@@ -63,6 +64,7 @@ MAX_LIST_INDEX = 8  # numbers of a list beyond this index are left out (order ke
 MAX_CONTEXT = 48  # context numbers a row's comparisons use (the first, in key order)
 MAX_ALIGNED = 24  # aligned numbers per candidate that are compared with the context
 MIN_SHARE = 0.005  # a feature must occur in this share of train rows (and at least twice)
+MIN_ENVS = 3  # ... and in half the train worlds (envs), up to this many
 MAX_LISTS = 8  # lists whose shapes (length, repeats, length differences) a row reports
 MAX_FEATURES = 4096
 MAX_CELL_SYMBOLS = 4  # a line of cells has at most this many distinct symbols
@@ -427,9 +429,13 @@ class FeatureSpace:
     def fit(cls, rows: Iterable[dict[str, Any]]) -> FeatureSpace:
         counts: Counter[str] = Counter()
         sums: dict[str, list[float]] = {}
+        envs: dict[str, set[str]] = {}
+        all_envs: set[str] = set()
         total = candidates = 0
         for row in rows:
             total += 1
+            env = str(row.get("env") or "")
+            all_envs.add(env)
             seen: set[str] = set()
             for features in row_features(row["state"], row["tools"]):
                 candidates += 1
@@ -441,9 +447,18 @@ class FeatureSpace:
                     acc[1] += v
                     acc[2] += v * v
             counts.update(seen)
+            for name in seen:
+                envs.setdefault(name, set()).add(env)
         floor = max(2, math.ceil(MIN_SHARE * total))
+        # With rows from several worlds, a feature seen in one world only (a name that world
+        # alone uses) cannot carry to an unseen one: a model would only memorize it.
+        env_floor = min(MIN_ENVS, max(1, len(all_envs) // 2))
         kept = sorted(
-            (n for n, c in counts.items() if c >= floor and not _constant(sums[n], candidates)),
+            (
+                n
+                for n, c in counts.items()
+                if c >= floor and len(envs[n]) >= env_floor and not _constant(sums[n], candidates)
+            ),
             key=lambda n: (-counts[n], n),
         )
         names = sorted(kept[:MAX_FEATURES])

@@ -1,4 +1,5 @@
-"""Corpus rows as every model reads them: state (JSON text), tools, action."""
+"""Corpus rows as every model reads them: state (JSON text), tools, action, and the env (world)
+the row comes from (empty when the corpus does not say)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
             raise StageFailure(
                 "bad_input", f"{path.name} line {n}: the action is not one of the row's tools"
             )
+        meta = row.get("meta") if isinstance(row.get("meta"), dict) else {}
         rows.append({"state": state if isinstance(state, str) else json.dumps(state),
-                     "tools": [str(t) for t in tools], "action": action})  # fmt: skip
+                     "tools": [str(t) for t in tools], "action": action,
+                     "env": str(meta.get("env") or "")})  # fmt: skip
     return rows
