@@ -19,7 +19,7 @@ pytestmark = [
 
 
 def tiny_search(data_dir: Path, **overrides: Any) -> dict[str, Any]:
-    """Four route worlds of a few episodes, a one-epoch trm: a candidate takes seconds. Every
+    """Four route worlds of a few episodes, a ten-step trm: a candidate takes seconds. Every
     knob set it turns builds a different corpus (so every candidate trains)."""
     generate(data_dir / "play", families=["route"], worlds=4, episodes=4, seed=3)
     spec: dict[str, Any] = {
@@ -31,7 +31,9 @@ def tiny_search(data_dir: Path, **overrides: Any) -> dict[str, Any]:
                 "sources": [{"type": "trm_play_root", "name": "route", "path": "play"}],
                 "split": {"by": "env", "anchor": ["route-s3-w3"]},
             },
-            "trm": {"epochs": 1, "hidden": 16, "n_recursions": 1},
+            # Ten steps on 19 rows: enough to beat its untrained self on the anchors (one step
+            # was not, and such a candidate is never kept as best).
+            "trm": {"epochs": 10, "hidden": 16, "n_recursions": 1},
         },
         "start_rung": 3,
         "knobs": {
