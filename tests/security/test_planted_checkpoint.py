@@ -18,7 +18,7 @@ from core.schemas.corpus import CorpusSpec
 from core.settings import Settings
 from tests.conftest import Service
 from worker.corpus import build_corpus
-from worker.models.features import FeatureSpace
+from worker.models.feature_space import FeatureSpace
 from worker.models.rows import read_rows
 from worker.models.trm import build, save_model
 from worker.train import checkpoints

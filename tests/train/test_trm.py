@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from worker.models.features import FeatureSpace
+from worker.models.feature_space import FeatureSpace
 from worker.models.trm import Encoded, SetLayer, build, load_trm, save_model
 from worker.train.callbacks import TrainerCallbacks
 from worker.train.trm import train

@@ -36,7 +36,7 @@ import psutil
 from core.rundir import MESSAGES, TRAIN_ROWS
 from core.schemas.train import GbdtTrainerConfig, QloraTrainerConfig, TrmTrainerConfig
 from worker.context import StageFailure
-from worker.models.features import FeatureSpace
+from worker.models.feature_space import FeatureSpace
 from worker.models.rows import read_rows
 
 FLOAT = 4

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from core.rundir import FEATURES, GBDT_MODEL, atomic_file
-from worker.models.features import FeatureSpace
+from worker.models.feature_space import FeatureSpace
 from worker.models.policy import Policy, files_hash, model_files
 
 

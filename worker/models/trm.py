@@ -35,7 +35,7 @@ from torch import nn
 from core.rundir import FEATURES, TRM_CONFIG, TRM_MODEL, write_bytes_atomic, write_json_atomic
 from core.schemas.train import TrmTrainerConfig
 from worker.context import StageFailure
-from worker.models.features import FeatureSpace
+from worker.models.feature_space import FeatureSpace
 from worker.models.policy import Policy, files_hash, model_files
 from worker.models.rows import read_rows
 

@@ -20,7 +20,7 @@ from core.rundir import TRAIN_ROWS, VAL_ROWS
 from core.schemas.train import GbdtTrainerConfig
 from worker.context import StageFailure
 from worker.models import gbdt
-from worker.models.features import FeatureSpace
+from worker.models.feature_space import FeatureSpace
 from worker.models.rows import read_rows
 from worker.train.callbacks import TrainerCallbacks
 

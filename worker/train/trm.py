@@ -36,7 +36,7 @@ from torch import nn
 from core.rundir import FEATURES, TRAIN_ROWS, TRM_BEST, TRM_MODEL, VAL_ROWS
 from core.schemas.train import TrmTrainerConfig
 from worker.context import StageFailure
-from worker.models.features import FeatureSpace
+from worker.models.feature_space import FeatureSpace
 from worker.models.rows import read_rows
 from worker.models.trm import Encoded, TinyRecursiveModel, build, save_model
 from worker.train import checkpoints

@@ -1,0 +1,157 @@
+"""The feature space a model reads (SPEC §6): which of `features.py`'s named numbers exist, in
+what order, and how the neural model scales them; fitted on the train rows, saved as JSON beside
+the model (`features.json`), loaded with it.
+
+A feature is kept when it is seen often enough (`MIN_SHARE` of the train rows, at least twice), in
+enough of the train worlds to carry to an unseen one (half of them, up to `MIN_ENVS`: a name one
+world alone uses only lets a model memorize that world), and not with one value on every
+candidate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.rundir import write_json_atomic
+from worker.context import StageFailure
+from worker.models.features import row_features
+
+MIN_SHARE = 0.005  # a feature must occur in this share of train rows (and at least twice)
+MIN_ENVS = 3  # ... and in half the train worlds (envs), up to this many
+MAX_FEATURES = 4096
+FORMAT = "trm-features/3"  # /3: lines of cells, rule edges (GE), id numbers outside names
+
+
+@dataclass
+class FeatureSpace:
+    """The feature names a model reads, in order, and how the neural model scales them: a
+    signed log (numbers keep their order and sign, large ones are tamed), then the train rows'
+    mean and spread."""
+
+    names: list[str]
+    mean: list[float]
+    scale: list[float]
+
+    @classmethod
+    def fit(cls, rows: Iterable[dict[str, Any]]) -> FeatureSpace:
+        counts: Counter[str] = Counter()
+        sums: dict[str, list[float]] = {}
+        envs: dict[str, set[str]] = {}
+        all_envs: set[str] = set()
+        total = candidates = 0
+        for row in rows:
+            total += 1
+            env = str(row.get("env") or "")
+            all_envs.add(env)
+            seen: set[str] = set()
+            for features in row_features(row["state"], row["tools"]):
+                candidates += 1
+                for name, value in features.items():
+                    seen.add(name)
+                    acc = sums.setdefault(name, [0.0, 0.0, 0.0])
+                    v = _squash(value)
+                    acc[0] += 1
+                    acc[1] += v
+                    acc[2] += v * v
+            counts.update(seen)
+            for name in seen:
+                envs.setdefault(name, set()).add(env)
+        floor = max(2, math.ceil(MIN_SHARE * total))
+        # With rows from several worlds, a feature seen in one world only (a name that world
+        # alone uses) cannot carry to an unseen one: a model would only memorize it.
+        env_floor = min(MIN_ENVS, max(1, len(all_envs) // 2))
+        kept = sorted(
+            (
+                n
+                for n, c in counts.items()
+                if c >= floor and len(envs[n]) >= env_floor and not _constant(sums[n], candidates)
+            ),
+            key=lambda n: (-counts[n], n),
+        )
+        names = sorted(kept[:MAX_FEATURES])
+        mean, scale = [], []
+        for name in names:
+            k, s, ss = sums[name]
+            mu = s / k
+            mean.append(mu)
+            spread = math.sqrt(max(ss / k - mu * mu, 0.0))
+            scale.append(spread if spread > 1e-6 else 1.0)  # one value: rounding, not spread
+        return cls(names, mean, scale)
+
+    @property
+    def index(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.names)}
+
+    def raw(self, state: str, tools: list[str]) -> np.ndarray:
+        """(candidates, features): the values, NaN where a candidate has no such feature (what a
+        tree model reads)."""
+        index = self.index
+        out = np.full((len(tools), len(self.names)), np.nan, dtype=np.float64)
+        for c, features in enumerate(row_features(state, tools)):
+            for name, value in features.items():
+                j = index.get(name)
+                if j is not None:
+                    out[c, j] = value
+        return out
+
+    def scaled(self, state: str, tools: list[str]) -> np.ndarray:
+        """(candidates, 2 * features), float32: the scaled values (0 where missing) and a
+        presence flag for each (what the neural model reads)."""
+        raw = self.raw(state, tools)
+        present = ~np.isnan(raw)
+        values = np.where(present, _squash_array(np.nan_to_num(raw)), 0.0)
+        values = np.where(present, (values - self._mean) / self._scale, 0.0)
+        return np.concatenate([values, present], axis=1).astype(np.float32)
+
+    @property
+    def _mean(self) -> np.ndarray:
+        return np.asarray(self.mean, dtype=np.float64)
+
+    @property
+    def _scale(self) -> np.ndarray:
+        return np.asarray(self.scale, dtype=np.float64)
+
+    @property
+    def width(self) -> int:
+        return 2 * len(self.names)
+
+    def save(self, path: Path) -> None:
+        write_json_atomic(
+            path, {"format": FORMAT, "names": self.names, "mean": self.mean, "scale": self.scale}
+        )
+
+    @classmethod
+    def load(cls, path: Path) -> FeatureSpace:
+        data = json.loads(Path(path).read_text())
+        if data.get("format") != FORMAT:
+            raise StageFailure(
+                "dependency",
+                f"{path}: features of another version ({data.get('format')}, this one reads "
+                f"{FORMAT}); train the model again",
+            )
+        return cls(list(data["names"]), list(data["mean"]), list(data["scale"]))
+
+
+def _constant(acc: list[float], candidates: int) -> bool:
+    """A feature every train candidate has with one value (`pos` where every row offers one
+    candidate) tells the train rows nothing; kept, it would let an unseen value at the anchors
+    steer the model where training never could."""
+    k, s, ss = acc
+    mu = s / k
+    return k == candidates and ss / k - mu * mu <= 1e-12 * max(1.0, mu * mu)
+
+
+def _squash(value: float) -> float:
+    return math.copysign(math.log1p(abs(value)), value)
+
+
+def _squash_array(values: np.ndarray) -> np.ndarray:
+    return np.sign(values) * np.log1p(np.abs(values))
