@@ -2,17 +2,26 @@
 
     .venv/bin/python bench/train_throughput.py [--steps 3] [--shape qwen2.5-0.5b] [--keep DIR]
         [--no-rss] [--no-service] [--pairs 2] [--model-cache DIR]
+        [--dtype auto|float32|bfloat16] [--threads N] [--micro-batch 2] [--profile]
 
 Same machine, same base model (4-bit NF4, double quant, same LoRA), same corpus (`route` play logs
 through the corpus builder, `action_only`), same effective batch (16 rows per optimizer step):
 - baseline: TRL `SFTTrainer`, batch 1 x accumulation 16, sequences up to 512 tokens, loss on the
   whole conversation, no packing (TRL's defaults otherwise: gradient checkpointing on, bf16
   mixed precision where the device has bf16);
-- ours: `worker.train.qlora.train`, micro-batch 8 x accumulation 2, sequences up to 512, packing,
-  loss on the assistant tokens.
-Both sides compute in the dtype `worker.models.lm.device_and_dtype()` picks for this machine (bf16
-on CUDA and on CPUs with AVX512-BF16, else float32) and start with the environment the service
-starts its trainers with (`memory.CHILD_ENV`).
+- ours: `worker.train.qlora.train`, micro-batch `--micro-batch` (default 2) x accumulation
+  16 / micro-batch, sequences up to 512, packing, loss on the assistant tokens, its speed knobs at
+  their defaults (`activation_budget_mb`, `dequant_cache`: layers uncheckpointed within the
+  budget, frozen weights dequantized once on a CPU).
+Both sides compute in the dtype `--dtype` names, "auto" being what `worker.models.lm.
+device_and_dtype()` picks for this machine (bf16 on CUDA and on CPUs with AVX512-BF16, else
+float32; float32 on a bf16 CPU measures the other CPU kind's path), run `--threads` torch threads
+(default: torch's, one per core; on a machine shared with other work, 1 keeps a descheduled
+thread from stalling every op), and start with the environment the service starts its trainers
+with (`memory.CHILD_ENV`). The table's head names the CPU (model, AVX512-F/VNNI/BF16, AMX) and
+each side's dtype and kernels (attention, gradient checkpointing, dequantized copy, 4-bit matmul,
+threads). Ours runs one more step after the timed ones, untimed, under torch.profiler; `--profile`
+prints where that step's time went (the top ops), and so does a ratio below the target.
 Each side runs in its own process for `--steps` timed optimizer steps after one warm-up step;
 the table shows real (non-padding) training tokens per second, and the ratio (target >= 1.5x).
 A third process runs ours at micro-batch 8 x 256 tokens and reports its peak RSS (target < 3 GB
@@ -102,12 +111,39 @@ def build_shape(name: str, cache: Path) -> str:
     return str(folder)
 
 
+CPU_FLAGS = ("avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile")
+
+
+def cpu_kind() -> str:
+    """The CPU's model name and the flags that decide its fast paths (Linux /proc/cpuinfo)."""
+    model, flags = "unknown CPU", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    except OSError:
+        pass
+    has = " ".join(f"{f}{'+' if f in flags else '-'}" for f in CPU_FLAGS)
+    return f"{model}, {os.cpu_count()} cores; {has}"
+
+
+def profile_summary(prof: Any, rows: int = 12) -> list[tuple[str, float]]:
+    """(op, share of the step's self CPU time), largest first."""
+    events = [(e.key, e.self_cpu_time_total) for e in prof.key_averages()]
+    total = sum(t for _, t in events) or 1.0
+    return [(k, t / total) for k, t in sorted(events, key=lambda e: -e[1])[:rows]]
+
+
 # ---- one side per process ----------------------------------------------------------------------
-def ours_config(args: argparse.Namespace) -> dict[str, Any]:
+def ours_config(args: argparse.Namespace, extra_steps: int = 0) -> dict[str, Any]:
     return {
         "base_model": args.base_model, "micro_batch": args.micro_batch,
         "grad_accum": EFFECTIVE_BATCH // args.micro_batch, "max_seq_len": args.seq,
-        "max_steps": args.steps + 1, "eval_every": 10**6, "checkpoint_every": 10**6,
+        "max_steps": args.steps + 1 + extra_steps, "eval_every": 10**6,
+        "checkpoint_every": 10**6, "compute_dtype": args.dtype,
     }  # fmt: skip
 
 
@@ -115,15 +151,39 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     from worker.train import qlora
     from worker.train.callbacks import TrainerCallbacks
 
-    callbacks = TrainerCallbacks()
-    config = ours_config(args)
+    class Profiled(TrainerCallbacks):
+        """Profiles the step after the timed ones."""
+
+        prof: Any = None
+        summary: list[tuple[str, float]] = []
+        seconds = 0.0  # the profiled step's, profiler included: not part of the direct wall
+
+        def should_stop(self) -> str | None:
+            if len(self.steps) == args.steps + 1 and args.profile_step:
+                from torch.profiler import ProfilerActivity, profile
+
+                self.seconds = time.time()
+                self.prof = profile(activities=[ProfilerActivity.CPU])
+                self.prof.__enter__()
+            return None
+
+        def on_step(self, step: int, total: int | None, **metrics: Any) -> None:
+            super().on_step(step, total, **metrics)
+            if self.prof is not None:
+                self.prof.__exit__(None, None, None)
+                self.summary, self.prof = profile_summary(self.prof), None
+                self.seconds = time.time() - self.seconds
+
+    callbacks = Profiled()
+    config = ours_config(args, extra_steps=1 if args.profile_step else 0)
     out = Path(tempfile.mkdtemp(prefix="ours-", dir=args.work))
     result = qlora.train(
         config, args.corpus, out, callbacks,
         seed=0, contract="action_only", probe=False, model_cache=args.model_cache,
     )  # fmt: skip
-    wall = time.time() - psutil.Process().create_time()  # interpreter start -> trained
-    timed = callbacks.steps[1:]
+    # interpreter start -> trained, the profiled step left out (the service run has none)
+    wall = time.time() - psutil.Process().create_time() - callbacks.seconds
+    timed = callbacks.steps[1 : args.steps + 1]
     return {
         "tokens": sum(s["tokens"] for s in timed),
         "seconds": sum(s["seconds"] for s in timed),
@@ -133,6 +193,8 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
         "loss": result["final_loss"],
         "vram": result["peak_vram_bytes"],
         "params": params_of(args.base_model, args.model_cache),
+        "kernels": result["kernels"],
+        "profile": callbacks.summary,
     }
 
 
@@ -144,12 +206,12 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
     from trl import SFTConfig, SFTTrainer
 
     from worker.models.base_model import resolve_base_model
-    from worker.models.lm import device_and_dtype, load_4bit
+    from worker.models.lm import bnb_backend, device_and_dtype, load_4bit
     from worker.train.chat_data import read_messages
 
     base_dir = resolve_base_model(args.base_model, args.model_cache)
     cuda = torch.cuda.is_available()
-    device, dtype = device_and_dtype()  # the compute dtype ours uses on this machine
+    device, dtype = device_and_dtype(args.dtype)  # the compute dtype ours uses
     model = load_4bit(base_dir, device, dtype)
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     rows = [{"messages": r["messages"]} for r in read_messages(args.corpus / "messages.jsonl")]
@@ -183,7 +245,17 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
         torch.cuda.reset_peak_memory_stats()
     output = trainer.train()
     (t1, n1), (t_end, n_end) = marks[1], marks[-1]
+    ckpt = bool(trainer.args.gradient_checkpointing)
+    layers = len(trainer.model.get_base_model().get_decoder().layers)
+    kernels = {
+        "compute_dtype": str(dtype).removeprefix("torch."),
+        "attention": trainer.model.config._attn_implementation,
+        "gradient_checkpointing": f"{layers if ckpt else 0} of {layers} layers",
+        "dequant_cache": "off", "matmul_4bit": bnb_backend(device),
+        "threads": torch.get_num_threads(),
+    }  # fmt: skip
     return {
+        "kernels": kernels,
         "tokens": n_end - n1,
         "seconds": t_end - t1,
         "loss": output.training_loss,
@@ -225,6 +297,10 @@ def matmul_tflops() -> float | None:
 
 def side(args: argparse.Namespace) -> None:
     """Child process: run one side, print one JSON line with its peak RSS."""
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     result = {"ours": run_ours, "trl": run_trl}[args.side](args)
     result["rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     result["tflops"] = matmul_tflops()
@@ -235,12 +311,15 @@ def spawn(args: argparse.Namespace, name: str, **overrides: Any) -> dict[str, An
     command = [sys.executable, __file__, "--side", name, "--corpus", str(args.corpus)]
     options = {
         "steps": args.steps, "model-cache": args.model_cache, "work": args.work,
-        "base-model": args.base_model, "micro-batch": 8, "seq": 512, **overrides,
+        "base-model": args.base_model, "micro-batch": args.micro_batch, "seq": 512,
+        "dtype": args.dtype, "threads": args.threads, "profile-step": 0, **overrides,
     }  # fmt: skip
     for key, value in options.items():
         command += [f"--{key}", str(value)]
     started = time.time()
     env = {**CHILD_ENV, **os.environ}  # both sides allocate as the service's trainer does
+    if args.threads:
+        env["OMP_NUM_THREADS"] = str(args.threads)
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     wall = time.time() - started
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -263,6 +342,8 @@ def run_service(args: argparse.Namespace) -> dict[str, Any]:
     stack = Stack(args.work / "service", free_port())
     stack.env["TRM_DATA_DIR"] = str(args.work / "data")  # the play logs "ours" trained on
     stack.env["TRM_MODEL_CACHE"] = str(args.model_cache)
+    if args.threads:
+        stack.env["OMP_NUM_THREADS"] = str(args.threads)
     spec = {
         "kind": "train", "trainer": "qlora", "seed": 0,
         "corpus": {"sources": [{"type": "trm_play_root", "name": "route", "path": "play"}]},
@@ -314,13 +395,23 @@ def main() -> None:
     parser.add_argument(
         "--pairs", type=int, default=2, help="direct / service pairs for the overhead (mean)"
     )
+    parser.add_argument(
+        "--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+        help="compute dtype of both sides (default: auto, what this machine's trainer picks)",
+    )  # fmt: skip
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    parser.add_argument(
+        "--micro-batch", type=int, default=2, choices=[1, 2, 4, 8, 16],
+        help="ours: micro-batch (x 16 / it accumulation; default 2)",
+    )  # fmt: skip
+    parser.add_argument("--profile", action="store_true", help="print where ours' step time went")
     # for the child processes
     parser.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--base-model", default="smollm2-135m-instruct", help=argparse.SUPPRESS)
-    parser.add_argument("--micro-batch", type=int, default=8, help=argparse.SUPPRESS)
     parser.add_argument("--seq", type=int, default=512, help=argparse.SUPPRESS)
+    parser.add_argument("--profile-step", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
         return side(args)
@@ -339,15 +430,15 @@ def main() -> None:
     print(f"model {args.base_model}, {rows} train rows, {args.steps} timed steps", file=sys.stderr)
 
     trl = spawn(args, "trl")
-    rss = None if args.no_rss else spawn(args, "ours", **{"seq": 256, "steps": 1})
+    rss = None if args.no_rss else spawn(args, "ours", **{"seq": 256, "steps": 1, "micro-batch": 8})
     if args.no_service:
-        ours, service = spawn(args, "ours"), None
+        ours, service = spawn(args, "ours", **{"profile-step": 1}), None
     else:  # pairs in alternating order, so a drift in the machine's speed hits both sides alike
         directs, services = [], []
         for pair in range(args.pairs):
             first_direct = pair % 2 == 0
             if first_direct:
-                directs.append(spawn(args, "ours"))
+                directs.append(spawn(args, "ours", **{"profile-step": int(pair == 0)}))
             services.append(run_service(args))
             if not first_direct:
                 directs.append(spawn(args, "ours"))
@@ -379,7 +470,11 @@ def print_table(args, trl, ours, rss, service) -> None:
 
     gb = 1024**3
     tflops = ours.get("tflops")
-    rows = [("", "TRL SFTTrainer (1 x 16, 512)", "qlora (8 x 2, 512, packed)")]
+    micro = args.micro_batch
+    rows = [("", "TRL SFTTrainer (1 x 16, 512)", f"qlora ({micro} x {16 // micro}, 512, packed)")]
+    for key in ("compute_dtype", "attention", "gradient_checkpointing", "dequant_cache",
+                "matmul_4bit", "threads"):  # fmt: skip
+        rows.append((key.replace("_", " "), str(trl["kernels"][key]), str(ours["kernels"][key])))
     rows.append(("real tokens / s", f"{rate(trl):.1f}", f"{rate(ours):.1f}"))
     rows.append(("timed tokens", str(trl["tokens"]), str(ours["tokens"])))  # ours: every direct run
     rows.append(("timed seconds", f"{trl['seconds']:.1f}", f"{ours['seconds']:.1f}"))
@@ -403,12 +498,17 @@ def print_table(args, trl, ours, rss, service) -> None:
         loop = f"{ours['loop_tokens_per_s']:.1f} / {service['loop_tokens_per_s']:.1f}"
         rows.append(("  in-loop tokens/s, direct / service", "-", loop))
     width = [max(len(r[i]) for r in rows) for i in range(3)]
-    print(f"\nbase model: {args.shape or args.base_model}; effective batch {EFFECTIVE_BATCH} rows")
+    print(f"\nCPU: {cpu_kind()}")
+    print(f"base model: {args.shape or args.base_model}; effective batch {EFFECTIVE_BATCH} rows")
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, width, strict=True)))
     ratio = rate(ours) / rate(trl)
     verdict = "ok" if ratio >= TARGET_RATIO else "BELOW TARGET"
     print(f"\nspeed-up: {ratio:.2f}x real tokens/s (target >= {TARGET_RATIO}x): {verdict}")
+    if (args.profile or ratio < TARGET_RATIO) and ours.get("profile"):
+        print("where ours' step time went (one untimed step, torch.profiler, self CPU time):")
+        for op, share in ours["profile"]:
+            print(f"  {share:6.1%}  {op}")
     if rss:
         peak = rss["rss"] / gb
         verdict = "ok" if peak < TARGET_RSS_GB else "ABOVE TARGET"

@@ -75,6 +75,27 @@ class QloraTrainerConfig(StrictModel):
     checkpoint_every: int = Field(default=50, ge=1, le=MAX_COUNT)
     packing: bool = True
     seed: Seed = 0
+    # Speed knobs (issue 23): none of them changes what is computed, only how fast and in how much
+    # memory (compute_dtype aside, which changes the rounding).
+    compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto",
+        description="The base model's compute dtype: auto is bf16 on CUDA and on CPUs with "
+        "AVX512-BF16, float32 on other CPUs.",
+    )
+    activation_budget_mb: int = Field(
+        default=512,
+        ge=0,
+        le=1_048_576,
+        description="Memory (MiB) a micro-batch may spend keeping decoder layers' activations "
+        "instead of recomputing them in backward (gradient checkpointing): the layers that fit "
+        "run about a third faster; 0 checkpoints every layer.",
+    )
+    dequant_cache: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="Dequantize the frozen 4-bit weights once into the compute dtype (2 bytes a "
+        "weight in bf16, 4 in float32) instead of on every call; auto: on a CPU, where the copy "
+        "takes at most an eighth of the available RAM.",
+    )
 
 
 class TrainSpec(CommonSpec):
