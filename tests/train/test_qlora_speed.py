@@ -120,7 +120,7 @@ def test_unknown_compute_dtype_is_refused():
 
 
 def test_bench_names_the_cpu_and_its_fast_path_flags():
-    from bench.train_throughput import CPU_FLAGS, cpu_kind
+    from bench.machine import CPU_FLAGS, cpu_kind
 
     kind = cpu_kind()
     for flag in CPU_FLAGS:
