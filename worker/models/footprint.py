@@ -13,12 +13,14 @@ and the libraries (~0.5-1 GB): a refusal means the run cannot fit, not that it m
   (the widest row) x (width + H x (20 x (n + 1) + n + 3)): each `f` keeps ~20H per candidate
   (two set layers: norm H, concat 3H, 2H, GELU 2H, H, residual H), the last cycle runs `f`
   n + 1 times with gradients, plus the sums feeding it and the embedding.
-- **qlora** (worker/train/qlora.py, gradient checkpointing on): the base model's linear weights
-  at 4 bits and its embeddings in float32, LoRA parameters x 16 bytes (weight, gradient, AdamW),
-  and per micro-batch the layer-boundary hidden states (micro x seq x hidden x layers), one
-  layer recomputed (micro x seq x (10 hidden + 3 intermediate)) and its attention scores
-  (micro x heads x seq^2). The base model's shape comes from its config.json in MODEL_CACHE; a
-  model not there yet is not estimated (the trainer says where to put it).
+- **qlora** (worker/train/qlora.py): the base model's linear weights at 4 bits and its
+  embeddings in float32, LoRA parameters x 16 bytes (weight, gradient, AdamW), and per
+  micro-batch the layer-boundary hidden states (micro x seq x hidden x layers), one layer
+  recomputed (micro x seq x (10 hidden + 3 intermediate)) and its attention scores (micro x
+  heads x seq^2); plus the layers kept instead of recomputed (up to `activation_budget_mb`) and
+  the once-dequantized linear weights (float32, 4 bytes a weight, unless `dequant_cache: off`).
+  The base model's shape comes from its config.json in MODEL_CACHE; a model not there yet is
+  not estimated (the trainer says where to put it).
 - **gbdt** (worker/train/gbdt.py): the candidate matrix, rows x candidates x features x 8 bytes
   (float64), and LightGBM's binned copy (1 byte a value).
 """
@@ -41,6 +43,7 @@ from worker.models.rows import read_rows
 
 FLOAT = 4
 GIB = 1024**3
+MIB = 1024**2
 # Rows the feature width is measured on (fitting every row of a large corpus takes minutes;
 # the width of a sample is the width of the whole for any corpus of one kind of state).
 WIDTH_SAMPLE = 200
@@ -211,6 +214,14 @@ def qlora_footprint(
         f"activations of {micro} x {seq} tokens": micro * seq * FLOAT
         * (h * layers + 10 * h + 3 * inter + shape["heads"] * seq),
     }  # fmt: skip
+    if cfg["activation_budget_mb"]:  # layers kept instead of recomputed, up to the budget
+        kept = min(int(cfg["activation_budget_mb"]) * MIB, micro * seq * FLOAT * layers
+                   * (10 * h + 3 * inter + shape["heads"] * seq))  # fmt: skip
+        parts[f"activations kept (qlora.activation_budget_mb={cfg['activation_budget_mb']})"] = kept
+    if cfg["dequant_cache"] != "off":  # float32 at most; `auto` may leave it out on a small box
+        parts[f"dequantized base weights (qlora.dequant_cache={cfg['dequant_cache']})"] = (
+            linear * FLOAT
+        )
     return Footprint("qlora", steps, formula, sum(parts.values()), parts, {"rows": rows, **shape})
 
 
