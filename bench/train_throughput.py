@@ -119,6 +119,7 @@ def ours_config(args: argparse.Namespace, extra_steps: int = 0) -> dict[str, Any
         "grad_accum": EFFECTIVE_BATCH // args.micro_batch, "max_seq_len": args.seq,
         "max_steps": args.steps + 1 + extra_steps, "eval_every": 10**6,
         "checkpoint_every": 10**6, "compute_dtype": args.dtype,
+        "activation_budget_mb": args.activation_budget_mb, "dequant_cache": args.dequant_cache,
     }  # fmt: skip
 
 
@@ -130,6 +131,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
         """Profiles the step after the timed ones."""
 
         prof: Any = None
+        rss: int | None = None
         summary: list[tuple[str, float]] = []
         seconds = 0.0  # the profiled step's, profiler included: not part of the direct wall
 
@@ -138,6 +140,8 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
                 from torch.profiler import ProfilerActivity, profile
 
                 self.seconds = time.time()
+                # the peak before the profiler, whose event records are not the trainer's memory
+                self.rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
                 self.prof = profile(activities=[ProfilerActivity.CPU])
                 self.prof.__enter__()
             return None
@@ -170,6 +174,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
         "params": params_of(args.base_model, args.model_cache),
         "kernels": result["kernels"],
         "profile": callbacks.summary,
+        "rss_before_profile": callbacks.rss,
     }
 
 
@@ -246,7 +251,9 @@ def side(args: argparse.Namespace) -> None:
 
         torch.set_num_threads(args.threads)
     result = {"ours": run_ours, "trl": run_trl}[args.side](args)
-    result["rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    result["rss"] = result.pop("rss_before_profile", None) or (
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    )
     result["tflops"] = matmul_tflops()
     print("RESULT " + json.dumps(result), flush=True)
 
@@ -256,7 +263,9 @@ def spawn(args: argparse.Namespace, name: str, **overrides: Any) -> dict[str, An
     options = {
         "steps": args.steps, "model-cache": args.model_cache, "work": args.work,
         "base-model": args.base_model, "micro-batch": args.micro_batch, "seq": 512,
-        "dtype": args.dtype, "threads": args.threads, "profile-step": 0, **overrides,
+        "dtype": args.dtype, "threads": args.threads, "profile-step": 0,
+        "activation-budget-mb": args.activation_budget_mb, "dequant-cache": args.dequant_cache,
+        **overrides,
     }  # fmt: skip
     for key, value in options.items():
         command += [f"--{key}", str(value)]
@@ -349,6 +358,14 @@ def main() -> None:
         help="ours: micro-batch (x 16 / it accumulation; default 2)",
     )  # fmt: skip
     parser.add_argument("--profile", action="store_true", help="print where ours' step time went")
+    parser.add_argument(
+        "--activation-budget-mb", type=int, default=512,
+        help="ours: qlora.activation_budget_mb (default 512, the trainer's default)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dequant-cache", default="auto", choices=["auto", "on", "off"],
+        help="ours: qlora.dequant_cache (default auto, the trainer's default)",
+    )  # fmt: skip
     # for the child processes
     parser.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
