@@ -2,17 +2,19 @@
 
     .venv/bin/python bench/train_throughput.py [--steps 3] [--shape qwen2.5-0.5b] [--keep DIR]
         [--no-rss] [--no-service] [--pairs 2] [--model-cache DIR]
-        [--dtype auto|float32|bfloat16] [--threads N] [--micro-batch 2] [--profile]
+        [--dtype auto|float32|bfloat16] [--threads N] [--micro-batch 1] [--profile]
+        [--activation-budget-mb 256] [--dequant-cache auto|on|off]
 
 Same machine, same base model (4-bit NF4, double quant, same LoRA), same corpus (`route` play logs
 through the corpus builder, `action_only`), same effective batch (16 rows per optimizer step):
 - baseline: TRL `SFTTrainer`, batch 1 x accumulation 16, sequences up to 512 tokens, loss on the
   whole conversation, no packing (TRL's defaults otherwise: gradient checkpointing on, bf16
   mixed precision where the device has bf16);
-- ours: `worker.train.qlora.train`, micro-batch `--micro-batch` (default 2) x accumulation
-  16 / micro-batch, sequences up to 512, packing, loss on the assistant tokens, its speed knobs at
-  their defaults (`activation_budget_mb`, `dequant_cache`: layers uncheckpointed within the
-  budget, frozen weights dequantized once on a CPU).
+- ours: `worker.train.qlora.train`, micro-batch `--micro-batch` (default 1, TRL's shape) x
+  accumulation 16 / micro-batch, sequences up to 512, packing, loss on the assistant tokens, its
+  speed knobs `--activation-budget-mb` (default 256: the layers whose activations fit are not
+  recomputed; at this budget and shape ours' peak RSS is TRL's) and `--dequant-cache` (default
+  auto: the frozen weights dequantized once on a CPU).
 Both sides compute in the dtype `--dtype` names, "auto" being what `worker.models.lm.
 device_and_dtype()` picks for this machine (bf16 on CUDA and on CPUs with AVX512-BF16, else
 float32; float32 on a bf16 CPU measures the other CPU kind's path), run `--threads` torch threads
@@ -354,13 +356,14 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     parser.add_argument(
-        "--micro-batch", type=int, default=2, choices=[1, 2, 4, 8, 16],
-        help="ours: micro-batch (x 16 / it accumulation; default 2)",
+        "--micro-batch", type=int, default=1, choices=[1, 2, 4, 8, 16],
+        help="ours: micro-batch (x 16 / it accumulation; default 1, TRL's shape)",
     )  # fmt: skip
     parser.add_argument("--profile", action="store_true", help="print where ours' step time went")
     parser.add_argument(
-        "--activation-budget-mb", type=int, default=512,
-        help="ours: qlora.activation_budget_mb (default 512, the trainer's default)",
+        "--activation-budget-mb", type=int, default=256,
+        help="ours: qlora.activation_budget_mb (default 256: peak RSS at TRL's; the trainer's "
+        "default is 512)",
     )  # fmt: skip
     parser.add_argument(
         "--dequant-cache", default="auto", choices=["auto", "on", "off"],
