@@ -206,7 +206,8 @@ def row_features(state_text: str, tools: list[str]) -> list[Features]:
         for piece in pieces_of(tool):
             f[f"P:{piece}"] = 1.0
         own_numbers: list[tuple[str, float]] = []
-        for k, number in enumerate(id_numbers(numbered[i])):
+        ids = id_numbers(numbered[i])
+        for k, number in enumerate(ids):
             f[f"N:{k}"] = float(number)
             own_numbers.append((f"N:{k}", float(number)))
         for path, value in aligned[i]:
@@ -230,7 +231,7 @@ def row_features(state_text: str, tools: list[str]) -> list[Features]:
                     if cstr == value:
                         f[f"EQ:{path}|{cpath}"] = 1.0
                 if _is_cells(value):
-                    own_numbers += _cells_at(value, path, id_numbers(numbered[i]), f)
+                    own_numbers += _cells_at(value, path, ids, f)
         for key, value in own_numbers[:MAX_ALIGNED]:
             for cpath, cvalue in ctx_numbers:
                 f[f"D:{key}|{cpath}"] = value - float(cvalue)
@@ -297,15 +298,11 @@ def _cells_at(text: str, path: str, numbers: list[int], f: Features) -> list[tup
         if at >= len(text):
             f[f"AT:{path}|{k}:past"] = 1.0
             continue
-        symbol = text[at]
+        symbol, rest = text[at], text[at:]
         f[f"AT:{path}|{k}:{symbol}"] = 1.0
-        run = len(text) - at
-        for j in range(at, len(text)):
-            if text[j] != symbol:
-                run = j - at
-                break
-        runs.append((f"RUN:{path}|{k}:{symbol}", float(run)))
-        f[f"RUN:{path}|{k}:{symbol}"] = float(run)
+        key = f"RUN:{path}|{k}:{symbol}"
+        f[key] = float(len(rest) - len(rest.lstrip(symbol)))
+        runs.append((key, f[key]))
     return runs
 
 

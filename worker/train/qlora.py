@@ -212,9 +212,9 @@ class QloraRecipe:
         layers = len(model.get_base_model().get_decoder().layers)
         checkpointed = lm.checkpoint_within(model, budget, tokens, self.dtype)
         cache = cfg["dequant_cache"]
-        dense = lm.dense_bytes(model, self.dtype)
         if cache == "auto":  # a CPU dequantizes on every call; CUDA keeps QLoRA's VRAM footprint
-            cache = "on" if self.device.type == "cpu" and dense_fits(dense) else "off"
+            cpu = self.device.type == "cpu"
+            cache = "on" if cpu and dense_fits(lm.dense_bytes(model, self.dtype)) else "off"
         held = lm.dequantize_frozen(model, self.dtype) if cache == "on" else 0
         return {
             "compute_dtype": str(self.dtype).removeprefix("torch."),
