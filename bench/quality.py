@@ -39,7 +39,9 @@ from worker.train.callbacks import TrainerCallbacks  # noqa: E402
 
 FAMILIES = ("route", "grid", "rebalance", "schedule", "verify")
 ONE_STEP = {"n_recursions": 1, "cycles": 1, "supervision_steps": 1}
-QLORA = {"max_steps": 40, "micro_batch": 8, "grad_accum": 1, "max_seq_len": 384, "lr": 1e-3}
+# The demo's sizing (`trm demo --qlora`), so the two report the same adapter.
+QLORA = json.loads((Path(__file__).resolve().parents[1] / "specs" / "train-routerbench-qlora.json")
+                   .read_text())["qlora"]  # fmt: skip
 
 
 def corpus_for(root: Path, family: str, args: argparse.Namespace) -> Path:

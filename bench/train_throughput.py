@@ -3,7 +3,7 @@
     .venv/bin/python bench/train_throughput.py [--steps 3] [--shape qwen2.5-0.5b] [--keep DIR]
         [--no-rss] [--no-service] [--pairs 2] [--model-cache DIR]
         [--dtype auto|float32|bfloat16] [--threads N] [--micro-batch 1] [--profile]
-        [--activation-budget-mb 256] [--dequant-cache auto|on|off]
+        [--activation-budget-mb 192] [--dequant-cache auto|on|off]
 
 Same machine, same base model (4-bit NF4, double quant, same LoRA), same corpus (`route` play logs
 through the corpus builder, `action_only`), same effective batch (16 rows per optimizer step):
@@ -12,9 +12,10 @@ through the corpus builder, `action_only`), same effective batch (16 rows per op
   mixed precision where the device has bf16);
 - ours: `worker.train.qlora.train`, micro-batch `--micro-batch` (default 1, TRL's shape) x
   accumulation 16 / micro-batch, sequences up to 512, packing, loss on the assistant tokens, its
-  speed knobs `--activation-budget-mb` (default 256: the layers whose activations fit are not
-  recomputed; at this budget and shape ours' peak RSS is TRL's) and `--dequant-cache` (default
-  auto: the frozen weights dequantized once on a CPU).
+  speed knobs `--activation-budget-mb` (default: the trainer's, 192: the layers whose activations
+  fit are not recomputed; at this budget and shape ours' peak RSS is at most TRL's) and
+  `--dequant-cache` (default auto: the frozen weights dequantized once on a CPU). Ours at the
+  defaults is the trainer's own defaults on a CPU (micro_batch and grad_accum `auto`).
 Both sides compute in the dtype `--dtype` names, "auto" being what `worker.models.lm.
 device_and_dtype()` picks for this machine (bf16 on CUDA and on CPUs with AVX512-BF16, else
 float32; float32 on a bf16 CPU measures the other CPU kind's path), run `--threads` torch threads
@@ -61,6 +62,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.machine import cpu_kind, matmul_tflops, params_of, profile_summary  # noqa: E402
+from core.schemas.train import EFFECTIVE_BATCH, QloraTrainerConfig  # noqa: E402
 from worker.train.memory import CHILD_ENV  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -69,7 +71,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 TARGET_RATIO = 1.5
 TARGET_RSS_GB = 3.0
 TARGET_OVERHEAD = 0.05
-EFFECTIVE_BATCH = 16
+BUDGET_MB = QloraTrainerConfig().activation_budget_mb  # the trainer's default
 SHAPES: dict[str, dict[str, Any]] = {  # Qwen2.5 sizes from their published configs
     "qwen2.5-0.5b": {
         "model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
@@ -357,13 +359,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     parser.add_argument(
         "--micro-batch", type=int, default=1, choices=[1, 2, 4, 8, 16],
-        help="ours: micro-batch (x 16 / it accumulation; default 1, TRL's shape)",
+        help="ours: micro-batch (x 16 / it accumulation; default 1: TRL's shape, and the "
+        "trainer's `auto` on a CPU)",
     )  # fmt: skip
     parser.add_argument("--profile", action="store_true", help="print where ours' step time went")
     parser.add_argument(
-        "--activation-budget-mb", type=int, default=256,
-        help="ours: qlora.activation_budget_mb (default 256: peak RSS at TRL's; the trainer's "
-        "default is 512)",
+        "--activation-budget-mb", type=int, default=BUDGET_MB,
+        help=f"ours: qlora.activation_budget_mb (default {BUDGET_MB}, the trainer's)",
     )  # fmt: skip
     parser.add_argument(
         "--dequant-cache", default="auto", choices=["auto", "on", "off"],

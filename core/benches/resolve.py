@@ -253,6 +253,6 @@ def resolve_bench(
         "router": sides["router"],
         "repeats": int(spec.get("repeats") or defaults["repeats"]),
         "episodes": int(spec.get("episodes") or defaults["episodes"]),
-        "train_sample": int(defaults["train_sample"]),
+        "train_sample": int(spec.get("train_sample") or defaults["train_sample"]),
         "seed": int(spec.get("seed") or 0),
     }

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from core.schemas.common import CommonSpec, Seed
+from core.schemas.common import MAX_COUNT, CommonSpec, Seed
 
 
 class BenchSpec(CommonSpec):
@@ -23,6 +23,9 @@ class BenchSpec(CommonSpec):
     # `none` means an untrained trm (trm) or the bare base model (qlora).
     trainer: Literal["trm", "qlora"] | None = None
     episodes: int | None = Field(default=None, ge=1, le=1000)
+    # Train rows scored per side for train_score and the generalization gap (a qlora side scores
+    # about a row a second on a CPU).
+    train_sample: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     # A local JSONL export of a verifiers environment's results (normalized rows), under DATA_DIR.
     results_jsonl: str | None = Field(default=None, max_length=4096)
     seed: Seed = 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -51,6 +51,16 @@ class GbdtTrainerConfig(StrictModel):
     early_stopping_rounds: int = Field(default=50, ge=1, le=5000)
 
 
+EFFECTIVE_BATCH = 16  # rows per qlora optimizer step when grad_accum is auto
+
+
+def qlora_batch(micro: int | str, accum: int | str, *, cuda: bool) -> tuple[int, int]:
+    """`micro_batch` and `grad_accum` as numbers on this device (their `auto` values)."""
+    micro_n = (8 if cuda else 1) if micro == "auto" else int(micro)
+    accum_n = max(1, EFFECTIVE_BATCH // micro_n) if accum == "auto" else int(accum)
+    return micro_n, accum_n
+
+
 class QloraTrainerConfig(StrictModel):
     """LoRA adapters on a 4-bit base model (worker/train/qlora.py). Sizes are bounded; on the
     worker, the steps (`max_steps`, or `epochs` x ceil(sequences / (micro_batch x grad_accum)),
@@ -66,12 +76,23 @@ class QloraTrainerConfig(StrictModel):
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], max_length=64
     )
     lr: float = Field(default=2e-4, gt=0, lt=1)
-    micro_batch: int = Field(default=8, ge=1, le=1024)
-    grad_accum: int = Field(default=2, ge=1, le=1024)
-    max_seq_len: int = Field(default=512, ge=16, le=32768)  # a route row renders to ~390 tokens
+    micro_batch: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
+        default="auto",
+        description="Packed sequences per forward pass: auto is 1 on a CPU (the fastest there, "
+        "and the least memory: bench/train_throughput.py) and 8 on a GPU.",
+    )
+    grad_accum: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
+        default="auto",
+        description=f"Micro-batches per optimizer step: auto makes an effective batch of "
+        f"{EFFECTIVE_BATCH} ({EFFECTIVE_BATCH} // micro_batch, at least 1).",
+    )
+    max_seq_len: int = Field(default=512, ge=16, le=32768)  # a route row renders to ~410 tokens
     epochs: int = Field(default=1, ge=1, le=100)
     max_steps: int | None = Field(default=None, ge=1, description=STEPS_LIMIT)
     eval_every: int = Field(default=50, ge=1, le=MAX_COUNT)
+    # The val rows of that eval (the first ones; a signal, not the scorecard): the val loss is
+    # taken before the first step, every `eval_every` steps and at the end; 0: no eval.
+    eval_rows: int = Field(default=256, ge=0, le=MAX_COUNT)
     checkpoint_every: int = Field(default=50, ge=1, le=MAX_COUNT)
     packing: bool = True
     seed: Seed = 0
@@ -83,12 +104,13 @@ class QloraTrainerConfig(StrictModel):
         "AVX512-BF16, float32 on other CPUs.",
     )
     activation_budget_mb: int = Field(
-        default=512,
+        default=192,
         ge=0,
         le=1_048_576,
         description="Memory (MiB) a micro-batch may spend keeping decoder layers' activations "
         "instead of recomputing them in backward (gradient checkpointing): the layers that fit "
-        "run about a third faster; 0 checkpoints every layer.",
+        "run about a third faster; 0 checkpoints every layer. The default keeps a CPU run's "
+        "peak RSS at or under TRL's (bench/train_throughput.py).",
     )
     dequant_cache: Literal["auto", "on", "off"] = Field(
         default="auto",
@@ -98,6 +120,16 @@ class QloraTrainerConfig(StrictModel):
     )
 
 
+class TrainEvaluateConfig(StrictModel):
+    """What the train run's evaluate stage scores besides the anchors (every anchor row, always).
+    A qlora model scores a row in about a second on a CPU, so these size how long evaluate
+    takes: `train_sample` rows of the train split give train_score and the generalization gap;
+    `episodes` rollouts per anchor world give the failure and recovery rates."""
+
+    train_sample: int = Field(default=1000, ge=1, le=MAX_COUNT)
+    episodes: int = Field(default=20, ge=1, le=1000)
+
+
 class TrainSpec(CommonSpec):
     kind: Literal["train"]
     trainer: Literal["trm", "gbdt", "qlora"] = "trm"
@@ -105,4 +137,5 @@ class TrainSpec(CommonSpec):
     trm: TrmTrainerConfig = Field(default_factory=TrmTrainerConfig)
     gbdt: GbdtTrainerConfig = Field(default_factory=GbdtTrainerConfig)
     qlora: QloraTrainerConfig = Field(default_factory=QloraTrainerConfig)
+    evaluate: TrainEvaluateConfig = Field(default_factory=TrainEvaluateConfig)
     seed: Seed = 0

@@ -48,6 +48,7 @@ def test_a_second_identical_bench_does_no_forward_passes(tmp_path):
     first, ctx1 = run_bench(tmp_path, "b1", SPEC)
     card = json.loads((ctx1.run_dir / "scorecard.json").read_text())
     assert card["router"]["n"]["anchor"] > 100
+    first_n = card["router"]["n"]["anchor"]
     assert card["delta"]["anchor_score"]["value"] == 0.0  # the same untrained model on both sides
     # What a user would pick instead, on the router's own anchors.
     for name in ("majority", "gbdt"):
@@ -69,6 +70,14 @@ def test_a_second_identical_bench_does_no_forward_passes(tmp_path):
     assert {"example_hash", "candidates", "scores", "pick", "correct"} <= set(
         json.loads(samples[0])
     )
+    # `train_sample` and `episodes` size the rest of a bench (what an LM side costs): fewer train
+    # rows, each one scored already.
+    _, ctx3 = run_bench(tmp_path, "b3", {**SPEC, "train_sample": 30, "episodes": 2})
+    card = json.loads((ctx3.run_dir / "scorecard.json").read_text())
+    assert card["router"]["n"] == {"train": 30, "anchor": first_n} == card["baseline"]["n"]
+    resolved = json.loads((ctx3.run_dir / "bench.resolved.json").read_text())
+    assert (resolved["train_sample"], resolved["episodes"]) == (30, 2)
+    assert ctx3.counters["forward_passes"] == 0
 
 
 @pytest.mark.parametrize("name", ["primehub-envs", "primehub-baseline"])

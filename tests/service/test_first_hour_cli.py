@@ -242,6 +242,11 @@ def test_what_a_run_would_miss_is_a_422_at_submit(service: Service, settings: Se
         "dry_run": True,
     }
     assert service.http.post("/runs", json=shipped).status_code == 202
+    # Every spec the project ships (the demo's, the README's) is one the API takes.
+    for path in sorted((Path(__file__).resolve().parents[2] / "specs").glob("*.json")):
+        spec = {**json.loads(path.read_text()), "dry_run": True}
+        response = service.http.post("/runs", json=spec)
+        assert response.status_code == 202, (path.name, response.text)
 
 
 @SQLITE_ONLY

@@ -11,11 +11,12 @@ import pytest
 import torch
 
 from core.card import Card, render_text
+from core.schemas.train import qlora_batch
 from core.settings import Settings
 from tests.train.qlora_fixtures import TINY_LLAMA, model_cache, qlora_corpus  # noqa: F401
 from worker.context import StageContext, StageFailure
 from worker.evaluate.policies import load_policy
-from worker.kinds.train import launch_trainer
+from worker.kinds.train import evaluate, launch_trainer
 from worker.train import trm
 
 # ruff: noqa: F811 (pytest fixtures imported above are named as test arguments)
@@ -230,11 +231,53 @@ def test_a_resumed_qlora_attempt_and_its_cut_rows_show_in_the_stage_counters(
     assert passes and passes[0].eta_s is None, cards
     assert f"launch_trainer eval   0/{val_rows} rows" in render_text(passes[0])
 
-    again = make_ctx(tmp_path, qlora_corpus, config, trainer="qlora", model_cache=model_cache)
+    # `eval_rows` sizes the val pass only, so an attempt may change it and still resume.
+    again = make_ctx(tmp_path, qlora_corpus, {**config, "eval_rows": 2}, trainer="qlora",
+                     model_cache=model_cache)  # fmt: skip
     again.publisher = first.publisher  # the same run: the checkpoint it recorded
     result = launch_trainer(again, again.spec)
     assert result["steps"] == 3 and again.counters["resumed_from_step"] == 1
+    meta = json.loads((again.run_dir / "trainer" / "run_meta.json").read_text())
+    assert meta["resolved"]["eval_rows"] == 2 < val_rows
     assert again.publisher.steps()[-2:] == [2, 3]  # type: ignore[attr-defined]
     rows = len((qlora_corpus / "messages.jsonl").read_text().splitlines())
     assert again.counters["rows_truncated"] == rows and again.counters["rows_dropped"] == 0
     assert any(f"{rows} training rows longer than max_seq_len=128" in n for n in again.notes)
+
+
+def test_evaluate_scores_the_spec_s_train_sample_and_every_anchor_row(
+    tmp_path: Path, route_corpus: Path
+) -> None:
+    """`evaluate.train_sample` sizes the train rows a train run scores (the qlora demo's lever:
+    an LM scores about a row a second here); the anchors are always scored whole."""
+    ctx = make_ctx(tmp_path, route_corpus, {}, trainer="gbdt")
+    launch_trainer(ctx, ctx.spec)
+    spec = {**ctx.spec, "evaluate": {"train_sample": 20, "episodes": 2}}
+    evaluate(ctx, spec)
+    card = json.loads((ctx.run_dir / "scorecard.json").read_text())
+    anchors = len((route_corpus / "val.jsonl").read_text().splitlines())  # no anchor split here
+    assert card["n"] == {"train": 20, "anchor": anchors}
+    evaluate(ctx, ctx.spec)  # the default: every train row up to 1000
+    card = json.loads((ctx.run_dir / "scorecard.json").read_text())
+    rows = len((route_corpus / "train.jsonl").read_text().splitlines())
+    assert card["n"]["train"] == min(rows, 1000) > 20
+
+
+def test_qlora_auto_batch_is_one_packed_sequence_times_sixteen_on_a_cpu(
+    tmp_path: Path, qlora_corpus: Path, model_cache: Path
+) -> None:
+    """micro_batch/grad_accum `auto` (the defaults) resolve on the worker, before the estimate:
+    1 x 16 on a CPU (bench/train_throughput.py's fastest), 8 x 2 on a GPU (a pure rule, checked
+    below without one: this machine has none)."""
+    config = {"base_model": TINY_LLAMA, "max_seq_len": 128, "eval_rows": 0}
+    ctx = make_ctx(tmp_path, qlora_corpus, config, trainer="qlora", model_cache=model_cache,
+                   probe=True)  # fmt: skip
+    launch_trainer(ctx, ctx.spec)
+    assert (ctx.counters["micro_batch"], ctx.counters["grad_accum"]) == (1, 16)
+    meta = json.loads((ctx.run_dir / "trainer" / "run_meta.json").read_text())
+    assert meta["resolved"]["micro_batch"] == 1 and meta["resolved"]["eval_rows"] == 0
+    assert qlora_batch("auto", "auto", cuda=True) == (8, 2)
+    assert (
+        qlora_batch(4, "auto", cuda=False) == (4, 4) and qlora_batch(32, "auto", cuda=True)[1] == 1
+    )
+    assert qlora_batch("auto", 3, cuda=False) == (1, 3)

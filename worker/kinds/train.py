@@ -33,7 +33,12 @@ from core.rundir import (
     write_json_atomic,
 )
 from core.schemas.corpus import CorpusSpec
-from core.schemas.train import QloraTrainerConfig, TrmTrainerConfig
+from core.schemas.train import (
+    QloraTrainerConfig,
+    TrainEvaluateConfig,
+    TrmTrainerConfig,
+    qlora_batch,
+)
 from core.settings import Settings
 from worker.context import StageContext, StageFailure
 from worker.corpus import CorpusInputError, build_corpus
@@ -48,8 +53,8 @@ from worker.evaluate.anchors import (
 from worker.evaluate.policies import load_policy
 from worker.evaluate.references import correct, references
 from worker.evaluate.references import summary as references_summary
-from worker.evaluate.rollouts import EPISODES
 from worker.evaluate.samples import read_jsonl, run_sample_cache, write_samples
+from worker.gpuinfo import detect_gpu
 from worker.kinds.base import Kind, StageDef
 from worker.models import footprint
 from worker.models.rows import read_rows
@@ -214,6 +219,11 @@ def launch_trainer(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
             "re-run the run from the start or point corpus at a folder that has it",
         )
     config = dict(resolved["config"] or {})
+    if name == "qlora":  # `auto` batch sizes become this worker's numbers before anything counts
+        config["micro_batch"], config["grad_accum"] = qlora_batch(
+            config.get("micro_batch", "auto"), config.get("grad_accum", "auto"),
+            cuda=detect_gpu() is not None,
+        )  # fmt: skip
     # Steps and memory are known once the corpus is: refuse what cannot run, before allocating.
     cost = footprint.estimate(name, config, corpus_dir, Path(resolved["model_cache"]),
                               probe=bool(resolved["probe"]))  # fmt: skip
@@ -345,7 +355,8 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
         raise StageFailure("dependency", f"{train_path} is missing: prepare_corpus writes it")
     policy = load_policy(policy_ref(resolved))
     seed = int(resolved["seed"] or 0)
-    train = train_sample(read_jsonl(train_path), seed)
+    sizes = TrainEvaluateConfig.model_validate(spec.get("evaluate") or {})
+    train = train_sample(read_jsonl(train_path), seed, sizes.train_sample)
     anchors, split = anchor_rows(corpus_dir)
     if resolved["probe"]:
         train, anchors = train[:1], anchors[:1]
@@ -353,7 +364,7 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     cache = run_sample_cache(ctx.settings.runs_dir, ctx.run_dir, policy.model_hash)
     card, samples, counters = evaluate_policy(
         policy, train, anchors, split, spec.get("corpus") or {}, cache,
-        critic=critic, seed=seed, episodes=2 if resolved["probe"] else EPISODES,
+        critic=critic, seed=seed, episodes=2 if resolved["probe"] else sizes.episodes,
         progress=lambda done, total: ctx.progress(done, total, unit="rows"),
         should_stop=ctx.should_stop, on_pass=ctx.pass_progress,
     )  # fmt: skip

@@ -36,8 +36,14 @@ from typing import Any
 import psutil
 
 from core.rundir import MESSAGES, TRAIN_ROWS
-from core.schemas.train import GbdtTrainerConfig, QloraTrainerConfig, TrmTrainerConfig
+from core.schemas.train import (
+    GbdtTrainerConfig,
+    QloraTrainerConfig,
+    TrmTrainerConfig,
+    qlora_batch,
+)
 from worker.context import StageFailure
+from worker.gpuinfo import detect_gpu
 from worker.models.feature_space import FeatureSpace
 from worker.models.rows import read_rows
 
@@ -102,10 +108,11 @@ def planned_steps(trainer: str, config: dict[str, Any], rows: int) -> tuple[int,
         return cfg.max_steps, f"qlora.max_steps={cfg.max_steps}"
     if cfg.packing:
         return None
-    steps = cfg.epochs * math.ceil(rows / (cfg.micro_batch * cfg.grad_accum))
+    micro, accum = qlora_batch(cfg.micro_batch, cfg.grad_accum, cuda=detect_gpu() is not None)
+    steps = cfg.epochs * math.ceil(rows / (micro * accum))
     return steps, (
-        f"qlora.epochs={cfg.epochs} x ceil({rows} rows / (qlora.micro_batch={cfg.micro_batch} x "
-        f"qlora.grad_accum={cfg.grad_accum}))"
+        f"qlora.epochs={cfg.epochs} x ceil({rows} rows / (qlora.micro_batch={micro} x "
+        f"qlora.grad_accum={accum}))"
     )
 
 
@@ -175,7 +182,8 @@ def qlora_footprint(
     config: dict[str, Any], messages: Path, model_cache: Path, probe: bool = False
 ) -> Footprint:
     cfg = QloraTrainerConfig.model_validate(config).model_dump()
-    micro, accum, seq = int(cfg["micro_batch"]), int(cfg["grad_accum"]), int(cfg["max_seq_len"])
+    micro, accum = qlora_batch(cfg["micro_batch"], cfg["grad_accum"], cuda=detect_gpu() is not None)
+    seq = int(cfg["max_seq_len"])
     rows, size = 0, 0
     if messages.is_file():
         size = messages.stat().st_size

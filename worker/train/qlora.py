@@ -54,7 +54,7 @@ import torch
 import torch.nn.functional as F
 
 from core.rundir import ADAPTER, RUN_META, sha256_file, write_json_atomic
-from core.schemas.train import QloraTrainerConfig
+from core.schemas.train import QloraTrainerConfig, qlora_batch
 from worker.context import StageFailure
 from worker.models import lm
 from worker.models.base_model import resolve_base_model
@@ -69,9 +69,8 @@ DEFAULTS: dict[str, Any] = {**QloraTrainerConfig().model_dump(), "max_seconds": 
 # (`activation_budget_mb` and `dequant_cache` change the speed, not what is computed.)
 RESUMABLE_CHANGES = (
     "micro_batch", "grad_accum", "eval_every", "checkpoint_every", "max_seconds",
-    "activation_budget_mb", "dequant_cache",
+    "activation_budget_mb", "dequant_cache", "eval_rows",
 )  # fmt: skip
-EVAL_ROWS = 256  # a fixed sample of val rows; eval is a signal, not the scorecard
 WARMUP_FRACTION = 0.03
 
 
@@ -144,8 +143,10 @@ class QloraRecipe:
         self.callbacks, self.probe, self.seed = callbacks, probe, int(cfg["seed"])
         self.train_path = corpus_dir / "messages.jsonl"
         self.val_path = corpus_dir / "messages_val.jsonl"
-        self.micro = int(cfg["micro_batch"])
-        self.accum = 1 if probe else int(cfg["grad_accum"])
+        self.micro, accum = qlora_batch(
+            cfg["micro_batch"], cfg["grad_accum"], cuda=torch.cuda.is_available()
+        )
+        self.accum = 1 if probe else accum
         # Sequences per optimizer step: the OOM retry (half the micro-batch) keeps it.
         self.per_step = self.micro * self.accum
         self.done = Trained()
@@ -232,7 +233,8 @@ class QloraRecipe:
             reason = f"{self.train_path} has no rows: check the corpus (corpus/manifest.json)"
             raise StageFailure("bad_input", reason)
         data = encode(self.tokenizer, rows, max_seq_len)
-        val = encode(self.tokenizer, read_messages(self.val_path)[:EVAL_ROWS], max_seq_len)
+        val_rows = read_messages(self.val_path)[: self.cfg["eval_rows"]]
+        val = encode(self.tokenizer, val_rows, max_seq_len)
         if not data.examples:
             raise StageFailure(
                 "bad_input",
@@ -440,7 +442,8 @@ def run_meta(recipe: QloraRecipe, result: dict[str, Any], contract: str) -> dict
             "schedule": f"linear warmup {WARMUP_FRACTION:.0%}, cosine to 10%",
             "loss": "assistant answer + end-of-turn token",
             "over_max_seq_len": "prompt's beginning cut; dropped when the answer does not fit",
-            "eval_rows": EVAL_ROWS, "total_steps": result["total_steps"],
+            "micro_batch": recipe.micro, "grad_accum": recipe.accum,
+            "eval_rows": len(recipe.val), "total_steps": result["total_steps"],
         },
         "seed": cfg["seed"], "contract": contract, "probe": recipe.probe,
         "corpus_hash": corpus_hash,
