@@ -291,24 +291,23 @@ def run_service(args: argparse.Namespace) -> dict[str, Any]:
     to the end of its `launch_trainer` stage."""
     import httpx
 
-    from bench.service import Stack
     from core.rundir import sha256_file
-    from tests.conftest import free_port
+    from tests.stack import Scratch, Stack, create_database
 
-    (args.work / "service").mkdir(exist_ok=True)
-    stack = Stack(args.work / "service", free_port())
-    stack.env["TRM_DATA_DIR"] = str(args.work / "data")  # the play logs "ours" trained on
-    stack.env["TRM_MODEL_CACHE"] = str(args.model_cache)
-    if args.threads:
-        stack.env["OMP_NUM_THREADS"] = str(args.threads)
+    folder = args.work / "service"  # its database, runs and logs; the play logs "ours" trained on
+    scratch = Scratch(folder, create_database("sqlite", folder), prefix="tt",
+                      data_dir=args.work / "data", model_cache=args.model_cache)  # fmt: skip
+    scratch.migrate()
+    threads = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else {}
+    stack = Stack({**scratch.env, **threads, "TRM_LOG_LEVEL": "WARNING"}, folder / "logs")
     spec = {
         "kind": "train", "trainer": "qlora", "seed": 0,
         "corpus": {"sources": [{"type": "trm_play_root", "name": "route", "path": "play"}]},
         "qlora": ours_config(args),
     }  # fmt: skip
     try:
-        stack.api()
-        stack.spawn("worker", "--queues", "gpu,cpu")
+        stack.start_api()
+        stack.start_worker()
         client = httpx.Client(base_url=stack.url, timeout=30)
         time.sleep(3.0)  # the worker polling, as a running service's would be
         started = time.time()
@@ -338,7 +337,8 @@ def run_service(args: argparse.Namespace) -> dict[str, Any]:
             "loop_tokens_per_s": result["tokens_per_s"], "trainer_seconds": result["seconds"],
         }  # fmt: skip
     finally:
-        stack.close()
+        stack.stop()
+        scratch.drop()
 
 
 def main() -> None:
