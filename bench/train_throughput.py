@@ -3,7 +3,7 @@
     .venv/bin/python bench/train_throughput.py [--steps 3] [--shape qwen2.5-0.5b] [--keep DIR]
         [--no-rss] [--no-service] [--pairs 2] [--model-cache DIR]
         [--dtype auto|float32|bfloat16] [--threads N] [--micro-batch 1] [--profile]
-        [--activation-budget-mb 192] [--dequant-cache auto|on|off]
+        [--activation-budget-mb auto] [--dequant-cache auto|on|off]
 
 Same machine, same base model (4-bit NF4, double quant, same LoRA), same corpus (`route` play logs
 through the corpus builder, `action_only`), same effective batch (16 rows per optimizer step):
@@ -12,10 +12,11 @@ through the corpus builder, `action_only`), same effective batch (16 rows per op
   mixed precision where the device has bf16);
 - ours: `worker.train.qlora.train`, micro-batch `--micro-batch` (default 1, TRL's shape) x
   accumulation 16 / micro-batch, sequences up to 512, packing, loss on the assistant tokens, its
-  speed knobs `--activation-budget-mb` (default: the trainer's, 192: the layers whose activations
-  fit are not recomputed; at this budget and shape ours' peak RSS is at most TRL's) and
-  `--dequant-cache` (default auto: the frozen weights dequantized once on a CPU). Ours at the
-  defaults is the trainer's own defaults on a CPU (micro_batch and grad_accum `auto`).
+  speed knobs `--activation-budget-mb` (default: the trainer's `auto`: the layers whose
+  activations fit are not recomputed) and `--dequant-cache` (default auto: the frozen weights
+  dequantized once on a CPU computing in bf16); at the defaults ours is the trainer as it runs
+  with its own defaults on a CPU (micro_batch and grad_accum `auto` too), and its peak RSS is at
+  most TRL's.
 Both sides compute in the dtype `--dtype` names, "auto" being what `worker.models.lm.
 device_and_dtype()` picks for this machine (bf16 on CUDA and on CPUs with AVX512-BF16, else
 float32; float32 on a bf16 CPU measures the other CPU kind's path), run `--threads` torch threads
@@ -117,6 +118,10 @@ def build_shape(name: str, cache: Path) -> str:
 
 
 # ---- one side per process ----------------------------------------------------------------------
+def budget_mb(text: str) -> int | str:
+    return text if text == "auto" else int(text)
+
+
 def ours_config(args: argparse.Namespace, extra_steps: int = 0) -> dict[str, Any]:
     return {
         "base_model": args.base_model, "micro_batch": args.micro_batch,
@@ -364,8 +369,9 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--profile", action="store_true", help="print where ours' step time went")
     parser.add_argument(
-        "--activation-budget-mb", type=int, default=BUDGET_MB,
-        help=f"ours: qlora.activation_budget_mb (default {BUDGET_MB}, the trainer's)",
+        "--activation-budget-mb", type=budget_mb, default=BUDGET_MB,
+        help=f"ours: qlora.activation_budget_mb, MiB or auto (default {BUDGET_MB}, the "
+        "trainer's)",
     )  # fmt: skip
     parser.add_argument(
         "--dequant-cache", default="auto", choices=["auto", "on", "off"],

@@ -52,6 +52,9 @@ class GbdtTrainerConfig(StrictModel):
 
 
 EFFECTIVE_BATCH = 16  # rows per qlora optimizer step when grad_accum is auto
+# The memory (MiB) a qlora run's `auto` speed knobs spend in all: the dequantized copy first
+# (SmolLM2-135M in bf16: 202 MiB), kept activations with the rest.
+SPEED_MEMORY_MB = 400
 
 
 def qlora_batch(micro: int | str, accum: int | str, *, cuda: bool) -> tuple[int, int]:
@@ -103,20 +106,21 @@ class QloraTrainerConfig(StrictModel):
         description="The base model's compute dtype: auto is bf16 on CUDA and on CPUs with "
         "AVX512-BF16, float32 on other CPUs.",
     )
-    activation_budget_mb: int = Field(
-        default=192,
-        ge=0,
-        le=1_048_576,
-        description="Memory (MiB) a micro-batch may spend keeping decoder layers' activations "
-        "instead of recomputing them in backward (gradient checkpointing): the layers that fit "
-        "run about a third faster; 0 checkpoints every layer. The default keeps a CPU run's "
-        "peak RSS at or under TRL's (bench/train_throughput.py).",
+    activation_budget_mb: Annotated[int, Field(ge=0, le=1_048_576)] | Literal["auto"] = Field(
+        default="auto",
+        description=f"Memory (MiB) a micro-batch may spend keeping decoder layers' activations "
+        f"instead of recomputing them in backward (gradient checkpointing): the layers that fit "
+        f"run about a third faster; 0 checkpoints every layer. auto: {SPEED_MEMORY_MB} MiB less "
+        f"the dequantized copy, if one is held (a CPU run's peak RSS stays at or under TRL's: "
+        f"bench/train_throughput.py).",
     )
     dequant_cache: Literal["auto", "on", "off"] = Field(
         default="auto",
         description="Dequantize the frozen 4-bit weights once into the compute dtype (2 bytes a "
-        "weight in bf16, 4 in float32) instead of on every call; auto: on a CPU, where the copy "
-        "takes at most an eighth of the available RAM.",
+        "weight in bf16, 4 in float32) instead of on every call; auto: on a CPU computing in "
+        "bf16 (where dequantizing costs as much as the matmuls), where the copy takes at most an "
+        "eighth of the available RAM; in float32 the matmuls dominate and the memory buys more "
+        "as kept activations.",
     )
 
 

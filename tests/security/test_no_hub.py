@@ -19,8 +19,8 @@ def test_a_worker_process_is_offline_before_bitsandbytes_asks_the_hub_for_a_kern
     }
     env["HF_HUB_OFFLINE"] = "0"  # an operator's setting does not turn it back on
     code = (
-        "import worker.models.lm, bitsandbytes, huggingface_hub as h, huggingface_hub.constants as c; "
-        "print(c.HF_HUB_OFFLINE, h.is_offline_mode())"
+        "import worker.models.lm, bitsandbytes, huggingface_hub as h; "
+        "import huggingface_hub.constants as c; print(c.HF_HUB_OFFLINE, h.is_offline_mode())"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,

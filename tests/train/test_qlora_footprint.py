@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from core.schemas.train import SPEED_MEMORY_MB
 from worker.models.footprint import qlora_footprint
 
 SMOL_SHAPE = {"hidden_size": 576, "num_hidden_layers": 30, "intermediate_size": 1536,
@@ -22,11 +23,12 @@ def estimate(tmp_path: Path, **knobs: object) -> tuple[int, dict[str, int]]:
 
 
 def test_the_speed_knobs_memory_is_in_the_estimate_and_off_takes_it_out(tmp_path: Path) -> None:
-    fast, parts = estimate(tmp_path)  # the defaults: a 192 MiB budget, the dequantized copy
+    # The defaults (`auto`): at most SPEED_MEMORY_MB of kept layers, the dequantized copy.
+    fast, parts = estimate(tmp_path)
     lean, lean_parts = estimate(tmp_path, activation_budget_mb=0, dequant_cache="off")
-    kept = parts["activations kept (qlora.activation_budget_mb=192)"]
+    kept = parts["activations kept (qlora.activation_budget_mb=auto)"]
     copy = parts["dequantized base weights (qlora.dequant_cache=auto)"]
-    assert kept == 192 * 1024**2  # 8 x 512 tokens of 30 layers need more than the budget
+    assert kept == SPEED_MEMORY_MB * 1024**2  # 8 x 512 tokens of 30 layers need more than it
     assert 400 * 1024**2 < copy < 500 * 1024**2  # SmolLM2's linear weights, float32
     assert fast - lean == kept + copy
     assert not any("kept" in k or "dequantized" in k for k in lean_parts)

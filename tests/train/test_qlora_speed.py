@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.train.qlora_fixtures import TINY_LLAMA, model_cache, qlora_corpus  # noqa: F401
-
 # ruff: noqa: F811 (pytest fixtures imported above are named as test arguments)
+from core.schemas.train import SPEED_MEMORY_MB
+from tests.train.qlora_fixtures import TINY_LLAMA, model_cache, qlora_corpus  # noqa: F401
 from worker.models import lm
 from worker.train import chat_data, qlora
 from worker.train.callbacks import TrainerCallbacks
@@ -87,6 +87,25 @@ def test_activation_budget_leaves_the_layers_that_fit_uncheckpointed(model_cache
             {"activation_budget_mb": 4096, "dequant_cache": "on"},
             {"gradient_checkpointing": "0 of 2 layers", "dequant_cache": "on"},
         ),
+        # `auto` in float32: no copy (the matmuls dominate), all the speed memory to activations
+        (
+            {},
+            {
+                "gradient_checkpointing": "0 of 2 layers",
+                "dequant_cache": "off",
+                "activation_budget_mb": SPEED_MEMORY_MB,
+            },
+        ),  # fmt: skip
+        # `auto` in bf16 on a CPU: the copy, and what it leaves of the speed memory
+        (
+            {"compute_dtype": "bfloat16"},
+            {
+                "gradient_checkpointing": "0 of 2 layers",
+                "dequant_cache": "on",
+                "activation_budget_mb": SPEED_MEMORY_MB - 1,
+                "compute_dtype": "bfloat16",
+            },
+        ),  # fmt: skip
     ],
 )
 def test_run_meta_says_which_speed_paths_ran(model_cache, qlora_corpus, tmp_path, speed, expected):
@@ -99,7 +118,9 @@ def test_run_meta_says_which_speed_paths_ran(model_cache, qlora_corpus, tmp_path
         seed=0, contract="action_only", probe=False, model_cache=model_cache,
     )  # fmt: skip
     resolved = json.loads((tmp_path / "run_meta.json").read_text())["resolved"]
-    assert resolved["compute_dtype"] == "float32"
+    assert resolved["compute_dtype"] == expected.get("compute_dtype", "float32")
+    if "activation_budget_mb" in expected:  # the tiny model's copy is under a MiB
+        assert resolved["activation_budget_mb"] == expected["activation_budget_mb"]
     assert resolved["gradient_checkpointing"] == expected["gradient_checkpointing"]
     assert resolved["dequant_cache"].startswith(expected["dequant_cache"])
     assert resolved["attention"] == "sdpa"

@@ -37,6 +37,7 @@ import psutil
 
 from core.rundir import MESSAGES, TRAIN_ROWS
 from core.schemas.train import (
+    SPEED_MEMORY_MB,
     GbdtTrainerConfig,
     QloraTrainerConfig,
     TrmTrainerConfig,
@@ -222,8 +223,11 @@ def qlora_footprint(
         f"activations of {micro} x {seq} tokens": micro * seq * FLOAT
         * (h * layers + 10 * h + 3 * inter + shape["heads"] * seq),
     }  # fmt: skip
-    if cfg["activation_budget_mb"]:  # layers kept instead of recomputed, up to the budget
-        kept = min(int(cfg["activation_budget_mb"]) * MIB, micro * seq * FLOAT * layers
+    # Layers kept instead of recomputed, up to the budget (`auto`: at most SPEED_MEMORY_MB).
+    budget = cfg["activation_budget_mb"]
+    if budget:
+        budget_bytes = (SPEED_MEMORY_MB if budget == "auto" else int(budget)) * MIB
+        kept = min(budget_bytes, micro * seq * FLOAT * layers
                    * (10 * h + 3 * inter + shape["heads"] * seq))  # fmt: skip
         parts[f"activations kept (qlora.activation_budget_mb={cfg['activation_budget_mb']})"] = kept
     if cfg["dequant_cache"] != "off":  # float32 at most; `auto` may leave it out on a small box

@@ -54,7 +54,7 @@ import torch
 import torch.nn.functional as F
 
 from core.rundir import ADAPTER, RUN_META, sha256_file, write_json_atomic
-from core.schemas.train import QloraTrainerConfig, qlora_batch
+from core.schemas.train import SPEED_MEMORY_MB, QloraTrainerConfig, qlora_batch
 from worker.context import StageFailure
 from worker.models import lm
 from worker.models.base_model import resolve_base_model
@@ -208,19 +208,22 @@ class QloraRecipe:
         so, memory on a dequantized copy of the frozen weights; returns what ran (the kernels
         the result and `run_meta.json` report)."""
         cfg, model = self.cfg, self.model
+        cache = cfg["dequant_cache"]
+        if cache == "auto":  # a bf16 CPU dequantizes on every call as long as it multiplies;
+            # float32 matmuls dwarf it, and CUDA keeps QLoRA's VRAM footprint
+            bf16_cpu = self.device.type == "cpu" and self.dtype == torch.bfloat16
+            cache = "on" if bf16_cpu and dense_fits(lm.dense_bytes(model, self.dtype)) else "off"
+        held = lm.dequantize_frozen(model, self.dtype) if cache == "on" else 0
+        budget = cfg["activation_budget_mb"]
+        budget = max(0, SPEED_MEMORY_MB * 2**20 - held) if budget == "auto" else budget * 2**20
         tokens = self.micro * int(cfg["max_seq_len"])
-        budget = int(cfg["activation_budget_mb"]) * 2**20
         layers = len(model.get_base_model().get_decoder().layers)
         checkpointed = lm.checkpoint_within(model, budget, tokens, self.dtype)
-        cache = cfg["dequant_cache"]
-        if cache == "auto":  # a CPU dequantizes on every call; CUDA keeps QLoRA's VRAM footprint
-            cpu = self.device.type == "cpu"
-            cache = "on" if cpu and dense_fits(lm.dense_bytes(model, self.dtype)) else "off"
-        held = lm.dequantize_frozen(model, self.dtype) if cache == "on" else 0
         return {
             "compute_dtype": str(self.dtype).removeprefix("torch."),
             "attention": model.config._attn_implementation,
             "gradient_checkpointing": f"{checkpointed} of {layers} layers",
+            "activation_budget_mb": budget // 2**20,
             "dequant_cache": f"on, {held / 2**20:.0f} MiB" if held else "off",
             "matmul_4bit": "dense copy (F.linear)" if held else lm.bnb_backend(self.device),
             "threads": torch.get_num_threads(),
@@ -435,6 +438,7 @@ def run_meta(recipe: QloraRecipe, result: dict[str, Any], contract: str) -> dict
             "quantization": "4-bit nf4, double quant (bitsandbytes)",
             "compute_dtype": result["compute_dtype"],
             "gradient_checkpointing": result["kernels"]["gradient_checkpointing"],
+            "activation_budget_mb": result["kernels"]["activation_budget_mb"],
             "dequant_cache": result["kernels"]["dequant_cache"],
             "attention": result["kernels"]["attention"], "threads": result["kernels"]["threads"],
             "allocator": result["allocator"],
