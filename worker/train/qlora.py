@@ -22,10 +22,14 @@ Choices that matter for speed and memory, each for a reason:
   activations fit `activation_budget_mb` (per micro-batch) keep them instead (`lm.
   checkpoint_within`), the rest are recomputed (a 30-layer model's activations at 8 x 512 tokens
   would take gigabytes).
-- On a CPU the frozen 4-bit weights are dequantized once into the compute dtype
+- On a CPU computing in bf16 the frozen 4-bit weights are dequantized once
   (`dequant_cache`, `lm.dequantize_frozen`): bitsandbytes otherwise dequantizes each weight on
   every forward and again in backward, as much time as the bf16 matmuls themselves on an
-  AVX512-BF16 CPU. The copy computes exactly what the 4-bit layer computes.
+  AVX512-BF16 CPU. The copy computes exactly what the 4-bit layer computes. In float32 the
+  matmuls dwarf the dequantizing, so `auto` spends that memory on kept layers instead: the
+  `auto` budget is SPEED_MEMORY_MB less the copy (AMD EPYC, float32 forced: 1.42x TRL with the
+  copy and 192 MiB, 1.62x without it and 400 MiB, peak RSS under TRL's).
+- On a CPU a micro-batch is one packed sequence (`micro_batch: auto`), x 16 accumulated.
 - Compute in bf16 where the hardware has it (CUDA, and CPUs with AVX512-BF16), with the LoRA
   weights, norms, embeddings and the loss in float32; `compute_dtype` forces one.
 - Measured on SmolLM2-135M (one micro-batch of 2 x 512, 1 thread, same process): bf16 12.9 s
