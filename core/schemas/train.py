@@ -57,6 +57,9 @@ EFFECTIVE_BATCH = 16  # rows per qlora optimizer step when grad_accum is auto
 SPEED_MEMORY_MB = 400
 
 
+BatchSize = Annotated[int, Field(ge=1, le=1024)] | Literal["auto"]
+
+
 def qlora_batch(micro: int | str, accum: int | str, *, cuda: bool) -> tuple[int, int]:
     """`micro_batch` and `grad_accum` as numbers on this device (their `auto` values)."""
     micro_n = (8 if cuda else 1) if micro == "auto" else int(micro)
@@ -79,12 +82,12 @@ class QloraTrainerConfig(StrictModel):
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], max_length=64
     )
     lr: float = Field(default=2e-4, gt=0, lt=1)
-    micro_batch: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
+    micro_batch: BatchSize = Field(
         default="auto",
         description="Packed sequences per forward pass: auto is 1 on a CPU (the fastest there, "
         "and the least memory: bench/train_throughput.py) and 8 on a GPU.",
     )
-    grad_accum: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
+    grad_accum: BatchSize = Field(
         default="auto",
         description=f"Micro-batches per optimizer step: auto makes an effective batch of "
         f"{EFFECTIVE_BATCH} ({EFFECTIVE_BATCH} // micro_batch, at least 1).",

@@ -33,12 +33,7 @@ from core.rundir import (
     write_json_atomic,
 )
 from core.schemas.corpus import CorpusSpec
-from core.schemas.train import (
-    QloraTrainerConfig,
-    TrainEvaluateConfig,
-    TrmTrainerConfig,
-    qlora_batch,
-)
+from core.schemas.train import QloraTrainerConfig, TrainEvaluateConfig, TrmTrainerConfig
 from core.settings import Settings
 from worker.context import StageContext, StageFailure
 from worker.corpus import CorpusInputError, build_corpus
@@ -54,7 +49,6 @@ from worker.evaluate.policies import load_policy
 from worker.evaluate.references import correct, references
 from worker.evaluate.references import summary as references_summary
 from worker.evaluate.samples import read_jsonl, run_sample_cache, write_samples
-from worker.gpuinfo import detect_gpu
 from worker.kinds.base import Kind, StageDef
 from worker.models import footprint
 from worker.models.rows import read_rows
@@ -220,10 +214,9 @@ def launch_trainer(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
         )
     config = dict(resolved["config"] or {})
     if name == "qlora":  # `auto` batch sizes become this worker's numbers before anything counts
-        config["micro_batch"], config["grad_accum"] = qlora_batch(
-            config.get("micro_batch", "auto"), config.get("grad_accum", "auto"),
-            cuda=detect_gpu() is not None,
-        )  # fmt: skip
+        config["micro_batch"], config["grad_accum"] = footprint.qlora_batch_here(
+            config.get("micro_batch", "auto"), config.get("grad_accum", "auto")
+        )
     # Steps and memory are known once the corpus is: refuse what cannot run, before allocating.
     cost = footprint.estimate(name, config, corpus_dir, Path(resolved["model_cache"]),
                               probe=bool(resolved["probe"]))  # fmt: skip

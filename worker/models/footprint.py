@@ -96,6 +96,13 @@ def trm_steps(cfg: dict[str, Any], rows: int, probe: bool = False) -> tuple[int,
     )
 
 
+def qlora_batch_here(micro: int | str, accum: int | str) -> tuple[int, int]:
+    """qlora's micro-batch and accumulation as numbers on this worker (nvidia-smi is asked only
+    when one of them is `auto`)."""
+    auto = "auto" in (micro, accum)
+    return qlora_batch(micro, accum, cuda=auto and detect_gpu() is not None)
+
+
 def planned_steps(trainer: str, config: dict[str, Any], rows: int) -> tuple[int, str] | None:
     """The dry run's step count from the corpus plan's train rows (None: qlora with packing,
     counted from the packed corpus the real run writes)."""
@@ -109,7 +116,7 @@ def planned_steps(trainer: str, config: dict[str, Any], rows: int) -> tuple[int,
         return cfg.max_steps, f"qlora.max_steps={cfg.max_steps}"
     if cfg.packing:
         return None
-    micro, accum = qlora_batch(cfg.micro_batch, cfg.grad_accum, cuda=detect_gpu() is not None)
+    micro, accum = qlora_batch_here(cfg.micro_batch, cfg.grad_accum)
     steps = cfg.epochs * math.ceil(rows / (micro * accum))
     return steps, (
         f"qlora.epochs={cfg.epochs} x ceil({rows} rows / (qlora.micro_batch={micro} x "
@@ -183,7 +190,7 @@ def qlora_footprint(
     config: dict[str, Any], messages: Path, model_cache: Path, probe: bool = False
 ) -> Footprint:
     cfg = QloraTrainerConfig.model_validate(config).model_dump()
-    micro, accum = qlora_batch(cfg["micro_batch"], cfg["grad_accum"], cuda=detect_gpu() is not None)
+    micro, accum = qlora_batch_here(cfg["micro_batch"], cfg["grad_accum"])
     seq = int(cfg["max_seq_len"])
     rows, size = 0, 0
     if messages.is_file():
