@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from worker.context import StageFailure
-from worker.models.feature_space import FeatureSpace
-from worker.models.features import row_features
+from worker.models.feature_space import FeatureSpace, row_features
 from worker.train.callbacks import TrainerCallbacks
 from worker.train.trm import train
 

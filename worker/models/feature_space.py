@@ -22,12 +22,25 @@ import numpy as np
 
 from core.rundir import write_json_atomic
 from worker.context import StageFailure
-from worker.models.features import row_features
+from worker.models.features import Features, candidate_features, parse_state
+from worker.models.plan import plan_features
 
 MIN_SHARE = 0.005  # a feature must occur in this share of train rows (and at least twice)
 MIN_ENVS = 3  # ... and in half the train worlds (envs), up to this many
 MAX_FEATURES = 4096
-FORMAT = "trm-features/3"  # /3: lines of cells, rule edges (GE), id numbers outside names
+# /4: plans read step by step (plan.py), aligned fields looked up by a context string
+FORMAT = "trm-features/4"
+
+
+def row_features(state_text: str, tools: list[str]) -> list[Features]:
+    """One dict of named numbers per candidate of the row: the candidate set against the state
+    (`features.py`) and, where the state holds a plan, the plan read step by step (`plan.py`)."""
+    state = parse_state(state_text)
+    out = candidate_features(state, tools)
+    plan = plan_features(state)
+    for features in out:
+        features.update(plan)
+    return out
 
 
 @dataclass

@@ -17,7 +17,9 @@ Generic: no family is named here. For a row `(state, tools)`:
   `pos` (its place in the list, 0..1); `P:<piece>` (the candidate's name pieces);
   `N:<i>` (the i-th integer in its id, `t3` -> 3) with `NR:`/`NLO:` (its rank among the
   candidates, its distance to their least) and `GR:`/`GLO:` (the same among the candidates
-  whose ids differ only in that number); `A:<field>` (an aligned number) with
+  whose ids differ only in that number); `A:<field>` (an aligned number; a field keyed by a
+  context string is also under that string's path: with `request.intent = "code"`,
+  `routes.*.cap.code` is also `routes.*.cap.[request.intent]`, the cap that applies) with
   `R:` (its rank among the candidates), `HI:`/`LO:` (its distance to their max/min);
   `C:<leaf>` (a context number, the same for every candidate); `D:<a>|<c>` (aligned or id
   number minus context number) and `GE:<a>|<c>` (whether it is at least the context number: a
@@ -35,7 +37,9 @@ Generic: no family is named here. For a row `(state, tools)`:
 - **Size-invariant**: ranks and distances, never the number of candidates, so a row at the
   anchors offering twice the candidates seen in training reads the same.
 
-`FeatureSpace` (`feature_space.py`) chooses which of these names a model reads and scales them.
+A plan in the state (a verifier's proposal) is read step by step by `plan.py`, with this
+encoding of each step; `feature_space.row_features` joins the two. `FeatureSpace` chooses which
+of these names a model reads and scales them.
 """
 
 from __future__ import annotations
@@ -164,12 +168,16 @@ def nested(obj: Any) -> Any:
     return out
 
 
-def row_features(state_text: str, tools: list[str]) -> list[Features]:
-    """One dict of features per candidate of the row."""
+def parse_state(state_text: str) -> Any:
+    """A row's state as an object (text that is not JSON is `{"text": ...}`)."""
     try:
-        state = nested(json.loads(state_text))
+        return nested(json.loads(state_text))
     except (TypeError, ValueError):
-        state = {"text": state_text}
+        return {"text": state_text}
+
+
+def candidate_features(state: Any, tools: list[str]) -> list[Features]:
+    """One dict of features per candidate of the row."""
     n = len(tools)
     names = [names_of(t) for t in tools]
     known = _state_names(state)
@@ -191,6 +199,8 @@ def row_features(state_text: str, tools: list[str]) -> list[Features]:
     ctx_numbers = [(p, v) for p, v in context if isinstance(v, float)][:MAX_CONTEXT]
     ctx_strings = [(p, v) for p, v in context if isinstance(v, str)]
     ctx_sets = [(p, v) for p, v in context if isinstance(v, frozenset)]
+    for mine in aligned:
+        mine += _looked_up(mine, ctx_strings)
 
     # Per aligned number, its values over the row's candidates (for ranks and distances).
     columns: dict[str, list[float]] = {}
@@ -247,6 +257,29 @@ def row_features(state_text: str, tools: list[str]) -> list[Features]:
         out.append(f)
     _id_number_ranks(numbered, out)
     _list_shapes(state, roots, out)
+    return out
+
+
+def _looked_up(
+    mine: list[tuple[str, Value]], strings: list[tuple[str, str]]
+) -> list[tuple[str, Value]]:
+    """An aligned field keyed by a context string, under the context's path: with
+    `request.intent = "code"`, `routes.*.cap.code` is also `routes.*.cap.[request.intent]`, the
+    cap that applies, whichever intent it is."""
+    by_value: dict[str, str] = {}
+    for cpath, cstr in strings:
+        by_value.setdefault(cstr, cpath)
+    out: list[tuple[str, Value]] = []
+    for path, value in mine:
+        head, star, tail = path.partition("*")
+        if not star:
+            continue
+        parts = tail.split(".")
+        for k, part in enumerate(parts):
+            source = by_value.get(part.lower()) if part else None
+            if source is not None:
+                looked = ".".join([*parts[:k], f"[{source}]", *parts[k + 1 :]])
+                out.append((f"{head}*{looked}", value))
     return out
 
 

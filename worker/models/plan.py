@@ -1,0 +1,154 @@
+"""A plan in the state, read step by step (SPEC §6): what a verifier needs to judge a proposed
+solution without the world that would replay it.
+
+A **plan** is a list of action names beside a dict that spells each of them as an action id (the
+verify observation's `proposal` and `tags`: `"cpu0:3"` -> `"place:cpu0@t3"`). Its **items** are
+the state's list of objects whose length is closest to the plan's (`requests`, `jobs`): step i
+is set against item i, as an agent would have taken it. Its **scope** is the object holding that
+list (`instance`), or the state when there is none.
+
+Each step is encoded as a one-candidate row by `candidate_features`: the scope with the item list
+replaced by item i, so the step's own fields (`routes.*.ms`, the line of cells `busy.*` read at
+its slot, the numbers of its id) meet the item's (`latency_budget_ms`, `release`, `dur`), with the
+differences of the item's own numbers as extra ones (`deadline-dur`: the latest start). Per step
+feature over the steps: `PMIN:` and `PMAX:` its least and greatest value, `PALL:` the share of
+steps that have it (a flag such as `NAME_IN` true on every step). Per aligned number: `PSUM:` the
+plan's total, and `PD:` that total less each number of the scope (`budget`). And `PLEN`: the
+plan's length less its items' (a dropped step). The same for every candidate of the row: a
+verdict is read against them. Names keep their paths, so a model learns one source family's
+rules from that family's worlds, and a world without a plan has none of these features.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.models.features import Features, candidate_features, leaves, names_of
+
+MAX_STEPS = 16  # steps of a plan that are encoded (the rest only count in PLEN)
+MAX_ITEM_NUMBERS = 8  # numbers of an item whose pairwise differences are added
+# What a one-candidate row says about its step; ranks among candidates, positions and context
+# copies say nothing there.
+STEP_KINDS = ("A:", "D:", "GE:", "IN:", "COV:", "EQ:", "NAME_IN:", "AT:", "RUN:", "N:", "LEN:",
+              "P:")  # fmt: skip
+FLAGS = ("EQ:", "NAME_IN:", "AT:", "P:")  # present only when true: counted, not ranged
+
+
+def plan_features(state: Any) -> Features:
+    """The row's plan features (empty when the state holds no plan)."""
+    found = _plan(state)
+    if found is None:
+        return {}
+    steps, scope, items_key = found
+    items = scope.get(items_key) if items_key is not None else None
+    out: Features = {}
+    if isinstance(items, list):
+        out["PLEN"] = float(len(steps) - len(items))
+    values: dict[str, list[float]] = {}
+    encoded = steps[:MAX_STEPS]
+    for i, action in enumerate(encoded):
+        step_state = dict(scope)
+        if isinstance(items, list) and items_key is not None:
+            if i >= len(items):
+                continue
+            step_state[items_key] = _with_differences(items[i])
+        (features,) = candidate_features(_without_others(step_state, names_of(action)), [action])
+        for name, value in features.items():
+            if name.startswith(STEP_KINDS):
+                values.setdefault(name, []).append(value)
+    for name, seen in values.items():
+        if name.startswith(FLAGS):
+            out[f"PALL:{name}"] = len(seen) / len(encoded)
+        else:
+            out[f"PMIN:{name}"] = min(seen)
+            out[f"PMAX:{name}"] = max(seen)
+    names = set().union(*(names_of(a) for a in encoded)) if encoded else set()
+    totals = {n[2:]: sum(v) for n, v in values.items() if n.startswith("A:")}
+    outside = _without_others({k: v for k, v in scope.items() if k != items_key}, names)
+    for path, number in leaves(outside):
+        if isinstance(number, float) and not names & set(path.lower().split(".")):
+            for field, total in totals.items():
+                out[f"PD:PSUM:{field}|{path}"] = total - number
+    for field, total in totals.items():
+        out[f"PSUM:{field}"] = total
+    return out
+
+
+def _plan(state: Any) -> tuple[list[str], dict[str, Any], str | None] | None:
+    """(the plan's steps as action ids, its scope, the key of its items in the scope)."""
+    found = _find_plan(state)
+    if found is None:
+        return None
+    holder, plan_key, tags_key = found
+    steps = [str(holder[tags_key][name]) for name in holder[plan_key]]
+    rest = {k: v for k, v in holder.items() if k not in (plan_key, tags_key)}
+    best: tuple[int, dict[str, Any], str] | None = None
+    for scope, key, items in _object_lists(rest):
+        gap = abs(len(items) - len(steps))
+        if best is None or gap < best[0]:
+            best = (gap, scope, key)
+    if best is None:
+        return steps, rest, None
+    return steps, best[1], best[2]
+
+
+def _find_plan(node: Any) -> tuple[dict[str, Any], str, str] | None:
+    """(the dict holding a plan, the plan's key, the key of the dict spelling its names)."""
+    if not isinstance(node, dict):
+        return None
+    for key, value in node.items():
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            for tags_key, tags in node.items():
+                if (
+                    isinstance(tags, dict)
+                    and all(isinstance(t, str) for t in tags.values())
+                    and all(v in tags for v in value)
+                ):
+                    return node, str(key), str(tags_key)
+    for value in node.values():
+        if (found := _find_plan(value)) is not None:
+            return found
+    return None
+
+
+def _object_lists(node: Any) -> list[tuple[dict[str, Any], str, list[Any]]]:
+    """(the dict holding it, its key, the list) for every non-empty list of objects."""
+    out: list[tuple[dict[str, Any], str, list[Any]]] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+                out.append((node, str(key), value))
+            else:
+                out += _object_lists(value)
+    return out
+
+
+def _with_differences(item: Any) -> Any:
+    """The item with the pairwise differences of its own numbers, in key order (`deadline-dur`,
+    however the item orders its keys)."""
+    if not isinstance(item, dict):
+        return item
+    numbers = [
+        (k, float(v)) for k, v in sorted(item.items())
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    ][:MAX_ITEM_NUMBERS]  # fmt: skip
+    extra = {f"{a}-{b}": x - y for i, (a, x) in enumerate(numbers) for b, y in numbers[i + 1 :]}
+    return {**item, **extra}
+
+
+def _without_others(node: Any, names: set[str]) -> Any:
+    """The state without the parts about other actions than the step's (`routes.LLM_DIRECT`
+    beside the step's `routes.TRM_ONLY`): they are not the step's context, and read as such
+    they would only name the world's actions."""
+    if isinstance(node, dict):
+        if any(str(k).lower() in names for k in node):
+            return {k: v for k, v in node.items()
+                    if str(k).lower() in names or not isinstance(v, dict | list)}  # fmt: skip
+        return {k: _without_others(v, names) for k, v in node.items()}
+    if isinstance(node, list):
+        tags = [v.get("name", v.get("id")) if isinstance(v, dict) else None for v in node]
+        if any(isinstance(t, str) and t.lower() in names for t in tags):
+            return [v for v, t in zip(node, tags, strict=True)
+                    if not isinstance(t, str) or t.lower() in names]  # fmt: skip
+        return [_without_others(v, names) for v in node]
+    return node
