@@ -16,7 +16,10 @@ class TrmTrainerConfig(StrictModel):
     the first cycles-1 without gradients (T), and up to `supervision_steps` deeply supervised
     steps per batch, with halting (N_sup). 1/1/1 is the one-step model. The run's `seed` drives
     it. Training keeps the epoch with the best val accuracy and stops after `patience` epochs
-    without a better one.
+    without a better one. `feature_dropout` removes that share of each train row's features
+    (value and presence, for every candidate alike): a regularizer for worlds that show fewer of
+    the train worlds' features; 0 by default (measured in the README: it helps grid and costs
+    verify).
 
     Every size has an upper bound, and two checks run on the worker once the corpus is known,
     before training (worker/models/footprint.py): the steps, `max_steps` or `epochs` x
@@ -36,6 +39,8 @@ class TrmTrainerConfig(StrictModel):
     lr: float = Field(default=2e-3, gt=0, lt=1)
     # Weight of the halting head's loss beside the answer's.
     halt_weight: float = Field(default=0.5, ge=0, le=10)
+    # Share of the features removed from each training row (all its candidates alike).
+    feature_dropout: float = Field(default=0.0, ge=0, lt=1)
     checkpoint_every: int = Field(default=200, ge=1, le=MAX_COUNT)
 
 

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from worker.models.feature_space import FeatureSpace
 from worker.models.trm import Encoded, SetLayer, build, load_trm, save_model
 from worker.train.callbacks import TrainerCallbacks
-from worker.train.trm import train
+from worker.train.trm import drop_features, train
 
 TINY = {"hidden": 16, "n_recursions": 1, "cycles": 1, "supervision_steps": 1, "batch_size": 8,
         "lr": 1e-2}  # fmt: skip
@@ -230,3 +230,18 @@ def test_cancel_saves_a_checkpoint_and_train_resumes_where_it_stopped(tmp_path: 
     assert second["final_loss"] == pytest.approx(whole["final_loss"], rel=1e-5)
     a, b = load_file(tmp_path / "whole" / "model.safetensors"), load_file(out / "model.safetensors")
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_feature_dropout_removes_whole_features_of_a_row_for_every_candidate() -> None:
+    torch.manual_seed(0)
+    features = 50
+    x = torch.randn(64, 5, 2 * features) + 3.0  # no value is 0 before the drop
+    dropped = drop_features(x, 0.3)
+    gone = dropped == 0
+    values, flags = gone[..., :features], gone[..., features:]
+    assert torch.equal(values, flags)  # a feature's value goes with its presence flag
+    assert torch.equal(values, values[:, :1].expand_as(values))  # the same on every candidate
+    share = float(values[:, 0].float().mean())
+    assert 0.25 < share < 0.35, share
+    assert torch.equal(dropped[~gone], x[~gone])  # what is kept is unchanged
+    assert torch.equal(drop_features(x, 0.0), x)

@@ -51,23 +51,37 @@ EMA_DECAY = 0.98  # per batch: the average spans about two epochs of a few hundr
 RESUMABLE_CHANGES = ("batch_size", "grad_accum", "checkpoint_every")
 
 
+def drop_features(x: torch.Tensor, rate: float) -> torch.Tensor:
+    """`x` (rows, candidates, 2 * features: values, then presence flags) with each feature
+    removed from a row (its value and its flag, for every candidate) at `rate`: a row as an
+    unseen world shows it, without some of what the train worlds had, so that no single
+    feature carries the answer alone."""
+    if rate <= 0:
+        return x
+    width = x.shape[-1] // 2
+    keep = (torch.rand(x.shape[0], 1, width, device=x.device) >= rate).to(x.dtype)
+    return x * torch.cat([keep, keep], -1)
+
+
 def supervised_batch(
     model: TinyRecursiveModel,
     chunks: list[dict[str, torch.Tensor]],
     optimizer: torch.optim.Optimizer,
     steps: int,
     halt_weight: float,
+    feature_dropout: float = 0.0,
 ) -> float:
     """Deep supervision over one batch (split in `chunks` for the accumulation): `steps`
     updates, each from the last one's detached carry. The mean loss of the last step."""
     rows = sum(len(c["target"]) for c in chunks)
     carries: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(chunks)
+    inputs = [drop_features(b["x"], feature_dropout) for b in chunks]
     last = 0.0
     for _ in range(steps):
         optimizer.zero_grad(set_to_none=True)
         last = 0.0
         for j, b in enumerate(chunks):
-            x = model.embed(b["x"])
+            x = model.embed(inputs[j])
             y, z = carries[j] or model.start(x)
             y, z, scores, q = model.deep_recursion(x, y, z, b["mask"])
             right = (scores.argmax(-1) == b["target"]).float()
@@ -254,7 +268,8 @@ def _train(
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
         chunks = [data.batch(chunk, device) for chunk in idx.split(micro)]
-        last_loss = supervised_batch(model, chunks, optimizer, sup, float(cfg["halt_weight"]))
+        last_loss = supervised_batch(model, chunks, optimizer, sup, float(cfg["halt_weight"]),
+                                     float(cfg["feature_dropout"]))  # fmt: skip
         ema.update(model)
         rss.sample()
         step += 1
