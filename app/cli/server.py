@@ -137,6 +137,9 @@ def free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
+STOP_GRACE_S = 30  # how long the API and the worker have, together, to stop on a SIGTERM
+
+
 def _stop_signal(*_: object) -> None:
     raise KeyboardInterrupt
 
@@ -229,9 +232,11 @@ class LocalStack:
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
+        # One grace period for all of them, not one each: they stop side by side.
+        deadline = time.monotonic() + STOP_GRACE_S
         for proc in self.procs.values():
             try:
-                proc.wait(timeout=30)
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

@@ -5,6 +5,7 @@ wait behind training, and what can be checked at submit refused at submit."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -288,7 +289,16 @@ def test_sigterm_while_starting_stops_everything_trm_up_started(tmp_path: Path) 
         started += [p for p in psutil.process_iter(["cmdline"])
                     if any(socket_file in part for part in p.info["cmdline"] or [])]  # fmt: skip
         up.send_signal(signal.SIGTERM)
-        assert up.wait(timeout=90) != 0
+        try:
+            code = up.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            left = []
+            for p in started:
+                with contextlib.suppress(psutil.Error):
+                    left.append((p.pid, p.status(), p.cmdline()[-4:]))
+            pytest.fail(f"trm up still running 90 s after SIGTERM; its processes: {left}; "
+                        f"its log:\n{log.read_text()[-3000:]}")  # fmt: skip
+        assert code != 0
         _, alive = psutil.wait_procs(started, timeout=15)
         assert alive == [], f"left behind by an interrupted trm up: {alive}"
     finally:
