@@ -114,3 +114,27 @@ def test_a_state_without_a_plan_has_no_plan_features() -> None:
     state = {"jobs": [{"dur": 2}], "proposal": ["a", "b"], "queued": ["x"]}
     (features,) = row_features(json.dumps(state), VERDICTS[:1])
     assert not any(name.startswith(PLAN) for name in features)
+
+
+def test_what_a_plan_does_to_each_object_is_summed_up_over_every_object() -> None:
+    """Trades reach a target holding only in sum: buys less sells of each asset, every asset
+    (traded or not), against its target less what is held."""
+
+    def features(proposal: list[str]) -> dict[str, float]:
+        state = {
+            "instance": {"assets": {"ACME": {"held": 1, "target": 3},
+                                    "DUNE": {"held": 2, "target": 1},
+                                    "LUMA": {"held": 0, "target": 0}}},
+            "proposal": proposal,
+            "tags": {"A+": "buy:ACME", "D-": "sell:DUNE", "L-": "sell:LUMA"},
+        }  # fmt: skip
+        (out,) = row_features(json.dumps(state), VERDICTS[:1])
+        return out
+
+    key = "instance.assets.*:S:TALLY:buy-sell|held-target"
+    sound = features(["A+", "D-", "A+"])
+    assert sound[f"OMIN:{key}"] == sound[f"OMAX:{key}"] == 0.0  # every asset ends at its target
+    short = features(["A+", "D-"])
+    assert short[f"OMIN:{key}"] == -1.0  # ACME one short
+    oversold = features(["A+", "D-", "A+", "L-"])
+    assert oversold["OMAX:instance.assets.*:D:TALLY:sell|held"] == 1.0  # LUMA sold, none held

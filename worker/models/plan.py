@@ -14,7 +14,9 @@ differences of the item's own numbers as extra ones (`deadline-dur`: the latest 
 feature over the steps: `PMIN:` and `PMAX:` its least and greatest value, `PALL:` the share of
 steps that have it (a flag such as `NAME_IN` true on every step). Per aligned number: `PSUM:` the
 plan's total, and `PD:` that total less each number of the scope (`budget`). And `PLEN`: the
-plan's length less its items' (a dropped step). The same for every candidate of the row: a
+plan's length less its items' (a dropped step). Per object of a dict keyed by the plan's actions
+(`assets.*`), what the plan does to it in sum (`_tallies`: buys less sells against target less
+held), over every object as `OMIN:`/`OMAX:`. The same for every candidate of the row: a
 verdict is read against them. Names keep their paths, so a model learns one source family's
 rules from that family's worlds, and a world without a plan has none of these features.
 """
@@ -71,6 +73,52 @@ def plan_features(state: Any) -> Features:
                 out[f"PD:PSUM:{field}|{path}"] = total - number
     for field, total in totals.items():
         out[f"PSUM:{field}"] = total
+    out.update(_tallies(scope, encoded))
+    return out
+
+
+def _tallies(scope: dict[str, Any], steps: list[str]) -> Features:
+    """Per object of a dict keyed by the plan's actions (`assets.DUNE` for `sell:DUNE`), every
+    object of it, named or not: how many steps name it, by the rest of their names (`TALLY:sell`),
+    their differences (`TALLY:buy-sell`), and each less and plus the object's own numbers and
+    their differences (`S:TALLY:buy-sell|held-target` is 0 when the plan ends at the target,
+    `D:TALLY:sell|held` above 0 when it sells what is not held). Over the objects:
+    `OMIN:`/`OMAX:`. What a plan does to each object in sum, where a step alone says little."""
+    named = [(names_of(step), step) for step in steps]
+    out: Features = {}
+    for path, objects in _keyed_dicts(scope, set().union(*(n for n, _ in named))):
+        verbs = sorted({v for names, _ in named for v in names if ":" not in v and "." not in v}
+                       - {str(k).lower() for k in objects})  # fmt: skip
+        values: dict[str, list[float]] = {}
+        for key, obj in objects.items():
+            mine = [names for names, _ in named if str(key).lower() in names]
+            tally = {v: float(sum(v in names for names in mine)) for v in verbs}
+            tally.update({f"{a}-{b}": tally[a] - tally[b] for i, a in enumerate(verbs)
+                          for b in verbs[i + 1 :]})  # fmt: skip
+            own = _with_differences(obj)
+            numbers = {k: float(v) for k, v in own.items()
+                       if isinstance(v, int | float) and not isinstance(v, bool)}  # fmt: skip
+            for t, count in tally.items():
+                values.setdefault(f"TALLY:{t}", []).append(count)
+                for field, number in numbers.items():
+                    values.setdefault(f"D:TALLY:{t}|{field}", []).append(count - number)
+                    values.setdefault(f"S:TALLY:{t}|{field}", []).append(count + number)
+        for name, seen in values.items():
+            out[f"OMIN:{path}.*:{name}"] = min(seen)
+            out[f"OMAX:{path}.*:{name}"] = max(seen)
+    return out
+
+
+def _keyed_dicts(node: Any, names: set[str], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """(path, dict) for every dict of objects some of whose keys the plan's steps name."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    if isinstance(node, dict):
+        objects = {k: v for k, v in node.items() if isinstance(v, dict)}
+        if objects and any(str(k).lower() in names for k in objects):
+            out.append((path, objects))
+        for key, value in node.items():
+            if key not in objects or not any(str(k).lower() in names for k in objects):
+                out += _keyed_dicts(value, names, f"{path}.{key}" if path else str(key))
     return out
 
 
