@@ -199,8 +199,11 @@ def candidate_features(state: Any, tools: list[str]) -> list[Features]:
     ctx_numbers = [(p, v) for p, v in context if isinstance(v, float)][:MAX_CONTEXT]
     ctx_strings = [(p, v) for p, v in context if isinstance(v, str)]
     ctx_sets = [(p, v) for p, v in context if isinstance(v, frozenset)]
+    by_value: dict[str, str] = {}  # a context string -> its path (the first with that value)
+    for cpath, cstr in ctx_strings:
+        by_value.setdefault(cstr, cpath)
     for mine in aligned:
-        mine += _looked_up(mine, ctx_strings)
+        mine += _looked_up(mine, by_value)
 
     # Per aligned number, its values over the row's candidates (for ranks and distances).
     columns: dict[str, list[float]] = {}
@@ -260,15 +263,10 @@ def candidate_features(state: Any, tools: list[str]) -> list[Features]:
     return out
 
 
-def _looked_up(
-    mine: list[tuple[str, Value]], strings: list[tuple[str, str]]
-) -> list[tuple[str, Value]]:
-    """An aligned field keyed by a context string, under the context's path: with
-    `request.intent = "code"`, `routes.*.cap.code` is also `routes.*.cap.[request.intent]`, the
-    cap that applies, whichever intent it is."""
-    by_value: dict[str, str] = {}
-    for cpath, cstr in strings:
-        by_value.setdefault(cstr, cpath)
+def _looked_up(mine: list[tuple[str, Value]], by_value: dict[str, str]) -> list[tuple[str, Value]]:
+    """An aligned field keyed by a context string (`by_value`: string -> its path), under the
+    context's path: with `request.intent = "code"`, `routes.*.cap.code` is also
+    `routes.*.cap.[request.intent]`, the cap that applies, whichever intent it is."""
     out: list[tuple[str, Value]] = []
     for path, value in mine:
         head, star, tail = path.partition("*")

@@ -42,19 +42,20 @@ def plan_features(state: Any) -> Features:
     if found is None:
         return {}
     steps, scope, items_key = found
-    items = scope.get(items_key) if items_key is not None else None
+    items = scope[items_key] if items_key is not None else None
     out: Features = {}
-    if isinstance(items, list):
+    if items is not None:
         out["PLEN"] = float(len(steps) - len(items))
     values: dict[str, list[float]] = {}
     encoded = steps[:MAX_STEPS]
-    for i, action in enumerate(encoded):
+    step_names = [names_of(action) for action in encoded]
+    for i, (action, own) in enumerate(zip(encoded, step_names, strict=True)):
         step_state = dict(scope)
-        if isinstance(items, list) and items_key is not None:
+        if items is not None and items_key is not None:
             if i >= len(items):
                 continue
             step_state[items_key] = _with_differences(items[i])
-        (features,) = candidate_features(_without_others(step_state, names_of(action)), [action])
+        (features,) = candidate_features(_without_others(step_state, own), [action])
         for name, value in features.items():
             if name.startswith(STEP_KINDS):
                 values.setdefault(name, []).append(value)
@@ -64,7 +65,7 @@ def plan_features(state: Any) -> Features:
         else:
             out[f"PMIN:{name}"] = min(seen)
             out[f"PMAX:{name}"] = max(seen)
-    names = set().union(*(names_of(a) for a in encoded)) if encoded else set()
+    names: set[str] = set().union(*step_names)
     totals = {n[2:]: sum(v) for n, v in values.items() if n.startswith("A:")}
     outside = _without_others({k: v for k, v in scope.items() if k != items_key}, names)
     for path, number in leaves(outside):
@@ -73,31 +74,28 @@ def plan_features(state: Any) -> Features:
                 out[f"PD:PSUM:{field}|{path}"] = total - number
     for field, total in totals.items():
         out[f"PSUM:{field}"] = total
-    out.update(_tallies(scope, encoded))
+    out.update(_tallies(scope, step_names, names))
     return out
 
 
-def _tallies(scope: dict[str, Any], steps: list[str]) -> Features:
+def _tallies(scope: dict[str, Any], step_names: list[set[str]], names: set[str]) -> Features:
     """Per object of a dict keyed by the plan's actions (`assets.DUNE` for `sell:DUNE`), every
     object of it, named or not: how many steps name it, by the rest of their names (`TALLY:sell`),
     their differences (`TALLY:buy-sell`), and each less and plus the object's own numbers and
     their differences (`S:TALLY:buy-sell|held-target` is 0 when the plan ends at the target,
     `D:TALLY:sell|held` above 0 when it sells what is not held). Over the objects:
     `OMIN:`/`OMAX:`. What a plan does to each object in sum, where a step alone says little."""
-    named = [(names_of(step), step) for step in steps]
     out: Features = {}
-    for path, objects in _keyed_dicts(scope, set().union(*(n for n, _ in named))):
-        verbs = sorted({v for names, _ in named for v in names if ":" not in v and "." not in v}
+    for path, objects in _keyed_dicts(scope, names):
+        verbs = sorted({v for v in names if ":" not in v and "." not in v}
                        - {str(k).lower() for k in objects})  # fmt: skip
         values: dict[str, list[float]] = {}
         for key, obj in objects.items():
-            mine = [names for names, _ in named if str(key).lower() in names]
-            tally = {v: float(sum(v in names for names in mine)) for v in verbs}
-            tally.update({f"{a}-{b}": tally[a] - tally[b] for i, a in enumerate(verbs)
-                          for b in verbs[i + 1 :]})  # fmt: skip
-            own = _with_differences(obj)
-            numbers = {k: float(v) for k, v in own.items()
-                       if isinstance(v, int | float) and not isinstance(v, bool)}  # fmt: skip
+            mine = [own for own in step_names if str(key).lower() in own]
+            tally = {v: float(sum(v in own for own in mine)) for v in verbs}
+            tally.update(_differences(list(tally.items())))
+            listed = _numbers(obj)
+            numbers = {**dict(listed), **_differences(listed[:MAX_ITEM_NUMBERS])}
             for t, count in tally.items():
                 values.setdefault(f"TALLY:{t}", []).append(count)
                 for field, number in numbers.items():
@@ -114,10 +112,11 @@ def _keyed_dicts(node: Any, names: set[str], path: str = "") -> list[tuple[str, 
     out: list[tuple[str, dict[str, Any]]] = []
     if isinstance(node, dict):
         objects = {k: v for k, v in node.items() if isinstance(v, dict)}
-        if objects and any(str(k).lower() in names for k in objects):
+        keyed = any(str(k).lower() in names for k in objects)
+        if keyed:
             out.append((path, objects))
         for key, value in node.items():
-            if key not in objects or not any(str(k).lower() in names for k in objects):
+            if not (keyed and key in objects):
                 out += _keyed_dicts(value, names, f"{path}.{key}" if path else str(key))
     return out
 
@@ -176,12 +175,18 @@ def _with_differences(item: Any) -> Any:
     however the item orders its keys)."""
     if not isinstance(item, dict):
         return item
-    numbers = [
-        (k, float(v)) for k, v in sorted(item.items())
-        if isinstance(v, int | float) and not isinstance(v, bool)
-    ][:MAX_ITEM_NUMBERS]  # fmt: skip
-    extra = {f"{a}-{b}": x - y for i, (a, x) in enumerate(numbers) for b, y in numbers[i + 1 :]}
-    return {**item, **extra}
+    return {**item, **_differences(_numbers(item)[:MAX_ITEM_NUMBERS])}
+
+
+def _numbers(obj: dict[str, Any]) -> list[tuple[str, float]]:
+    """(key, value) of an object's own numbers (not its flags), in key order."""
+    return [(k, float(v)) for k, v in sorted(obj.items())
+            if isinstance(v, int | float) and not isinstance(v, bool)]  # fmt: skip
+
+
+def _differences(numbers: list[tuple[str, float]]) -> dict[str, float]:
+    """`a-b`: each number less each later one."""
+    return {f"{a}-{b}": x - y for i, (a, x) in enumerate(numbers) for b, y in numbers[i + 1 :]}
 
 
 def _without_others(node: Any, names: set[str]) -> Any:
