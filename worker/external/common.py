@@ -1,0 +1,88 @@
+"""What every external bench shares: the row of its report and the methods it trains.
+
+A bench answers `run(work, data, methods, seeds, log)` with `BenchRow`s: one per (anchor set,
+method, metric), the community's figure averaged over the seeds with its 95% interval.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from worker.models.policy import Policy
+
+# The learned methods every external bench trains on its own corpus; baselines are its own.
+LEARNED = ("gbdt", "trm", "trm-1step", "qlora")
+ONE_STEP = {"n_recursions": 1, "cycles": 1, "supervision_steps": 1}
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class BenchRow:
+    """One figure of an external bench's report."""
+
+    dataset: str  # routellm, bfcl, jobshop
+    anchors: str  # the anchor set scored: `mmlu-unseen-subjects`, `gsm8k`, `taillard-15x15`, ...
+    method: str  # a baseline's name or one of LEARNED
+    metric: str  # the community's metric: apgr, accuracy, mean_gap, ...
+    value: float
+    ci95: tuple[float, float]
+    n: int  # examples (rows, instances) scored
+    seeds: int  # seeds averaged (1 for a deterministic baseline)
+    train_seconds: float | None = None
+    higher_is_better: bool = True
+    extra: dict[str, float] = field(default_factory=dict)  # other figures (cpt50, abstain recall)
+
+
+class ExternalBench(Protocol):
+    name: str
+
+    def run(
+        self, work: Path, data: Path | None, methods: list[str], seeds: list[int], log: Log
+    ) -> list[BenchRow]: ...
+
+
+def train_policy(
+    method: str,
+    corpus: Path,
+    out: Path,
+    seed: int,
+    config: dict[str, Any] | None = None,
+    model_cache: Path | None = None,
+) -> tuple[Policy, float]:
+    """Train one of LEARNED on a corpus folder (train.jsonl, val.jsonl) and load it as a policy:
+    (the policy, its training seconds). `config` is the trainer's own knobs."""
+    from worker.evaluate.policies import load_policy
+    from worker.train.callbacks import TrainerCallbacks
+
+    started = time.perf_counter()
+    knobs = dict(config or {})
+    if method == "gbdt":
+        from worker.train import gbdt
+
+        gbdt.train(knobs, corpus, out, TrainerCallbacks(), seed=seed)
+        ref: dict[str, Any] = {"type": "gbdt", "path": str(out)}
+    elif method in ("trm", "trm-1step"):
+        from worker.train import trm
+
+        if method == "trm-1step":
+            knobs = {**knobs, **ONE_STEP}
+        trm.train(knobs, corpus, out, TrainerCallbacks(), seed=seed)
+        ref = {"type": "trm", "path": str(out)}
+    elif method == "qlora":
+        from worker.models.base_model import BUILTIN
+        from worker.train import qlora
+
+        cache = model_cache or out.parent / "models"
+        qlora.train({"base_model": BUILTIN, **knobs}, corpus, out, TrainerCallbacks(),
+                    seed=seed, model_cache=cache)  # fmt: skip
+        ref = {"type": "qlora", "path": str(out / "adapter"), "contract": "action_only",
+               "model_cache": str(cache)}  # fmt: skip
+    else:
+        raise ValueError(f"unknown method {method!r}; learned methods: {', '.join(LEARNED)}")
+    seconds = time.perf_counter() - started
+    return load_policy(ref), seconds
