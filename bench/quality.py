@@ -85,7 +85,8 @@ def train_method(method: str, corpus: Path, out: Path, seed: int) -> tuple[Polic
 
         cache = Path(tempfile.gettempdir()) / "trm-quality-models"
         qlora.train({**QLORA, "base_model": BUILTIN}, corpus, out, TrainerCallbacks(),
-                    seed=seed, model_cache=cache)  # fmt: skip
+                    seed=seed, contract="action_only", probe=False,
+                    model_cache=cache)  # fmt: skip
         ref = {"type": "qlora", "path": str(out / "adapter"), "contract": "action_only",
                "model_cache": str(cache)}  # fmt: skip
     seconds = time.perf_counter() - started

@@ -79,7 +79,8 @@ def train_policy(
 
         cache = model_cache or out.parent / "models"
         qlora.train({"base_model": BUILTIN, **knobs}, corpus, out, TrainerCallbacks(),
-                    seed=seed, model_cache=cache)  # fmt: skip
+                    seed=seed, contract="action_only", probe=False,
+                    model_cache=cache)  # fmt: skip
         ref = {"type": "qlora", "path": str(out / "adapter"), "contract": "action_only",
                "model_cache": str(cache)}  # fmt: skip
     else:
