@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/quality.py [--families route,grid,rebalance,schedule,verify]
         [--seeds 0,1,2] [--gen-seed 4242] [--worlds 10] [--episodes 40] [--qlora] [--keep DIR]
+        [--compression full|keys|minimal]
 
 Per family: `trm envs generate` worlds at a generation seed no test uses, a corpus split by env
 (`namespace_normalization: auto`), the last two worlds as anchors (never trained on), two more
@@ -52,7 +53,7 @@ def corpus_for(root: Path, family: str, args: argparse.Namespace) -> Path:
     spec = {
         "sources": [{"type": "trm_play_root", "name": family, "path": str(play)}],
         "split": {"by": "env", "seed": 0, "anchor": worlds[-2:], "val_fraction": 0.25},
-        "knobs": {"namespace_normalization": "auto"},
+        "knobs": {"namespace_normalization": "auto", "state_compression": args.compression},
         "contract": "action_only",
     }
     out = root / f"corpus-{family}"
@@ -194,6 +195,8 @@ def main() -> int:
     parser.add_argument("--worlds", type=int, default=10)
     parser.add_argument("--episodes", type=int, default=40)
     parser.add_argument("--rollout-episodes", type=int, default=20)
+    parser.add_argument("--compression", choices=["full", "keys", "minimal"], default="full",
+                        help="the corpus knob state_compression")  # fmt: skip
     parser.add_argument("--qlora", action="store_true", help="also a SmolLM2 adapter on route")
     parser.add_argument("--keep", type=Path, help="keep the data and models here")
     parser.add_argument("--json", type=Path, help="also write the results as JSON")
