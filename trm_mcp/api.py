@@ -40,10 +40,14 @@ class Api:
         self.http = client
 
     @classmethod
-    def from_env(cls, authorization: str | None = None) -> Api:
+    def from_env(cls) -> Api:
+        """The operator's own process (stdio): the environment's token."""
         token = os.environ.get("TRM_API_TOKEN")
-        if authorization is None and token:
-            authorization = f"Bearer {token}"
+        return cls.for_caller(f"Bearer {token}" if token else None)
+
+    @classmethod
+    def for_caller(cls, authorization: str | None) -> Api:
+        """An HTTP caller's call: its own Authorization header, or none."""
         headers = {"Authorization": authorization} if authorization else {}
         return cls(httpx.AsyncClient(base_url=api_url(), headers=headers, timeout=30))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,6 +16,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp, not stdio")
     p.add_argument("--host", default="127.0.0.1", help="with --http (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="with --http (default: 8765)")
+    p.add_argument(
+        "--allow-host", action="append", default=[], metavar="NAME",
+        help="with --http: a name clients reach this server by (repeatable). Requests whose "
+        "Host or Origin is not a loopback name, the bind address or one of these are refused. "
+        "Beyond loopback TRM_API_TOKEN must be set: every caller sends it as a bearer token.",
+    )  # fmt: skip
     p.set_defaults(func=cmd_mcp)
 
 
@@ -23,7 +30,11 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from trm_mcp import server
 
     if args.http:
-        server.run_http(args.host, args.port)
+        try:
+            server.run_http(args.host, args.port, args.allow_host)
+        except server.HttpRefused as refused:
+            print(f"trm mcp: {refused}", file=sys.stderr)
+            return 2
     else:
         import anyio
 

@@ -8,7 +8,9 @@ the field, the same one `POST /runs` gives."""
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
+import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -36,9 +38,16 @@ INSTRUCTIONS = (
 
 
 def env_api(request: Any) -> Api:
-    """Over stdio the environment's token; over HTTP the caller's Authorization header if sent."""
-    header = request.headers.get("authorization") if request is not None else None
-    return Api.from_env(authorization=header)
+    """Over stdio (no request): the environment's token, the operator's own process."""
+    if request is not None:
+        return caller_api(request)
+    return Api.from_env()
+
+
+def caller_api(request: Any) -> Api:
+    """Over HTTP: the caller's own Authorization header, forwarded as it came; never the
+    environment's token, which would lend the operator's rights to whoever reaches the port."""
+    return Api.for_caller(request.headers.get("authorization"))
 
 
 def resources() -> dict[str, tuple[str, str]]:
@@ -163,27 +172,101 @@ def mounted(api_app: ASGIApp) -> StreamableHttp:
     return StreamableHttp(api_for)
 
 
-def run_http(host: str, port: int) -> None:
+LOOPBACK_BINDS = frozenset({"127.0.0.1", "localhost", "::1"})
+WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
+
+
+class HttpRefused(Exception):
+    """`trm mcp --http` will not start as asked; the message says what to change."""
+
+
+def host_names(bind: str, allow_hosts: list[str]) -> list[str]:
+    """The names a request's Host (and Origin) may carry: the loopback names, the bind address
+    itself unless it is a wildcard, and every name the operator allows."""
+    names = ["127.0.0.1", "localhost", "[::1]"]
+    bare = bind.strip("[]")
+    if bare not in WILDCARD_BINDS and bare not in LOOPBACK_BINDS:
+        names.append(f"[{bare}]" if ":" in bare else bare)
+    for name in allow_hosts:
+        name = name.strip().lower()
+        if name:
+            names.append(f"[{name.strip('[]')}]" if ":" in name.strip("[]") else name)
+    return list(dict.fromkeys(names))
+
+
+def http_security(bind: str, allow_hosts: list[str]) -> TransportSecuritySettings:
+    """The Host/Origin allow-list, on every bind: a page that rebinds a name to this address,
+    or posts to it from another origin, is refused (421 / 403)."""
+    names = host_names(bind, allow_hosts)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[h for n in names for h in (n, f"{n}:*")],
+        allowed_origins=[o for n in names for s in ("http", "https")
+                         for o in (f"{s}://{n}", f"{s}://{n}:*")],
+    )  # fmt: skip
+
+
+def required_token(bind: str, token: str | None) -> str | None:
+    """The token every HTTP caller must present: TRM_API_TOKEN when set. Without one only a
+    loopback bind may serve (the machine's own users), or anyone who can reach the port would
+    drive the API through it."""
+    if token:
+        return token
+    if bind.strip("[]") not in LOOPBACK_BINDS:
+        raise HttpRefused(
+            f"trm mcp --http --host {bind}: serving beyond loopback needs TRM_API_TOKEN set "
+            "(callers then send `Authorization: Bearer <token>`); or bind 127.0.0.1"
+        )
+    return None
+
+
+class TokenGate:
+    """Refuses (401) an HTTP caller whose bearer token is not the one required."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app, self.token = app, token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.token and scope["type"] == "http":
+            sent = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(sent, f"Bearer {self.token}".encode()):
+                body = compact(
+                    {
+                        "error": {
+                            "code": "unauthorized",
+                            "message": (
+                                "send `Authorization: Bearer <token>` (the server's TRM_API_TOKEN)"
+                            ),
+                        }
+                    }
+                )
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"www-authenticate", b"Bearer"),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body.encode()})
+                return
+        await self.app(scope, receive, send)
+
+
+def run_http(host: str, port: int, allow_hosts: list[str] | None = None) -> None:
     import uvicorn
     from starlette.applications import Starlette
     from starlette.routing import Route
 
-    # On loopback it calls the API with the environment's token for any caller that sends none:
-    # a web page must not reach it by rebinding a name to 127.0.0.1 (the Host header tells).
-    loopback = ["127.0.0.1", "localhost", "[::1]"]
-    security = None
-    if host in ("127.0.0.1", "localhost", "::1"):
-        security = TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=[f"{h}:*" for h in loopback],
-            allowed_origins=[f"http://{h}:*" for h in loopback],
-        )
-    transport = StreamableHttp(security=security)
+    token = required_token(host, os.environ.get("TRM_API_TOKEN"))
+    transport = StreamableHttp(caller_api, security=http_security(host, allow_hosts or []))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         async with transport.lifespan():
             yield
 
-    app = Starlette(routes=[Route("/mcp", transport)], lifespan=lifespan)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    app = Starlette(routes=[Route("/mcp", TokenGate(transport, token))], lifespan=lifespan)
+    uvicorn.run(app, host=host.strip("[]"), port=port, log_level="warning")

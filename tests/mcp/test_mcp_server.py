@@ -171,8 +171,7 @@ def test_http_mount_and_standalone_serve_the_same_tools_behind_the_token(
         extra_env={"TRM_URL": guarded.url, "TRM_API_TOKEN": ""},
     )  # fmt: skip
     wait_for(lambda: _answers(port), 60, "trm mcp --http to listen")
-    # It lends the environment's token to callers sending none, so a web page that rebinds a
-    # name to 127.0.0.1 must be refused: its Host header gives it away.
+    # A web page that rebinds a name to 127.0.0.1 is refused: its Host header gives it away.
     rebound = httpx.post(
         f"http://127.0.0.1:{port}/mcp", headers={"Host": "evil.example:80"},
         json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
@@ -204,6 +203,56 @@ def test_http_mount_and_standalone_serve_the_same_tools_behind_the_token(
         run_async(scenario())
     finally:
         guarded.terminate(standalone)
+
+
+def test_http_beyond_loopback_lends_no_token_and_checks_host_and_origin(
+    guarded: Service,
+) -> None:
+    """`trm mcp --http` on a wildcard bind with the API's token in its environment: a caller
+    without that token, a rebound Host or a foreign Origin gets nothing (each got 200 and the
+    run list when the server lent its token and checked names on loopback binds only)."""
+    refused = subprocess.run(
+        [sys.executable, "-m", "app.cli", "mcp", "--http", "--host", "0.0.0.0",
+         "--port", str(free_port())],
+        env={**guarded.env, "TRM_URL": guarded.url, "TRM_API_TOKEN": ""},
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "TRM_API_TOKEN" in refused.stderr, refused.stderr
+
+    port = free_port()
+    server = guarded.spawn(
+        "mcp-wild", "mcp", "--http", "--host", "0.0.0.0", "--port", str(port),
+        "--allow-host", "trm-box.lan",
+        extra_env={"TRM_URL": guarded.url, "TRM_API_TOKEN": TOKEN},
+    )  # fmt: skip
+    wait_for(lambda: _answers(port), 60, "trm mcp --http --host 0.0.0.0 to listen")
+    url = f"http://127.0.0.1:{port}/mcp"
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "list_runs", "arguments": {}}}  # fmt: skip
+    accept = {"Accept": "application/json, text/event-stream"}
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+
+    def post(**headers: str) -> httpx.Response:
+        return httpx.post(url, json=listing, headers={**accept, **headers}, timeout=30)
+
+    try:
+        for sent in ({}, {"Authorization": "Bearer wrong"}):
+            answer = post(**sent)
+            assert answer.status_code == 401 and "next_cursor" not in answer.text, answer.text
+        rebound = post(**bearer, Host="evil.example")
+        assert rebound.status_code == 421, rebound.text
+        foreign = post(**bearer, Origin="http://evil.example")
+        assert foreign.status_code == 403, foreign.text
+        named = post(**bearer, Host=f"trm-box.lan:{port}", Origin=f"http://trm-box.lan:{port}")
+        assert named.status_code == 200 and "next_cursor" in named.text, named.text
+
+        async def scenario() -> None:
+            async with over_http(url) as session:
+                assert "runs" in await call(session, "list_runs")
+
+        run_async(scenario())
+    finally:
+        guarded.terminate(server)
 
 
 def _answers(port: int) -> bool:
