@@ -16,7 +16,9 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    # Rows end at "\n" only: str.splitlines would also cut inside a JSON string holding a
+    # character such as U+0085 (exported as is), as one of RouteLLM's MMLU prompts does.
+    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
         if not line.strip():
             continue
         try:

@@ -60,7 +60,9 @@ class Encoded:
 def read_messages(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    # "\n" only: str.splitlines would also cut at U+0085 and U+2028 inside a JSON string.
+    lines = path.read_text(encoding="utf-8").split("\n")
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 def assistant_labels(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[list[int], list[int]]:
