@@ -5,7 +5,9 @@ the model (`features.json`), loaded with it.
 A feature is kept when it is seen often enough (`MIN_SHARE` of the train rows, at least twice), in
 enough of the train worlds to carry to an unseen one (half of them, up to `MIN_ENVS`: a name one
 world alone uses only lets a model memorize that world), and not with one value on every
-candidate.
+candidate. Words of the context's texts (`W:`, and `X:W:` crossed with the candidates) have a
+budget of their own (`MAX_WORDS`), so a long prompt's vocabulary never crowds out what the
+state's structure says.
 """
 
 from __future__ import annotations
@@ -22,14 +24,19 @@ import numpy as np
 
 from core.rundir import write_json_atomic
 from worker.context import StageFailure
+from worker.features import kinds
 from worker.models.features import Features, candidate_features, parse_state
 from worker.models.plan import plan_features
 
 MIN_SHARE = 0.005  # a feature must occur in this share of train rows (and at least twice)
 MIN_ENVS = 3  # ... and in half the train worlds (envs), up to this many
-MAX_FEATURES = 4096
+MAX_FEATURES = 4096  # features other than a text's words
+MAX_WORDS = 2048  # words of the context's texts (`W:`), the most frequent
 # /4: plans read step by step (plan.py), aligned fields looked up by a context string
-FORMAT = "trm-features/4"
+# /5: text read as words and matched with the candidates', grids read around their anchors,
+# lists of strings in order
+FORMAT = "trm-features/5"
+WORDS = (kinds.start("W"), kinds.name("X", kinds.start("W"), ""))
 
 
 def row_features(state_text: str, tools: list[str]) -> list[Features]:
@@ -89,7 +96,9 @@ class FeatureSpace:
             ),
             key=lambda n: (-counts[n], n),
         )
-        names = sorted(kept[:MAX_FEATURES])
+        structure = [n for n in kept if not n.startswith(WORDS)]
+        words = [n for n in kept if n.startswith(WORDS)]
+        names = sorted(structure[:MAX_FEATURES] + words[:MAX_WORDS])
         mean, scale = [], []
         for name in names:
             k, s, ss = sums[name]

@@ -50,14 +50,23 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from worker.features import text as texts
+from worker.features.cells import Grid, is_grid, window_features
+from worker.features.kinds import name, start
+from worker.features.text import Text, is_text
+
 Features = dict[str, float]
-Value = float | str | frozenset[str]
+# A leaf's readings: a number, a short string, a list of strings as a set and in order, a list
+# of lines as a grid, a string of several words as text.
+Value = float | str | frozenset[str] | tuple[str, ...] | Grid | Text
 
 MAX_LIST_INDEX = 8  # numbers of a list beyond this index are left out (order kept up to it)
 MAX_CONTEXT = 48  # context numbers a row's comparisons use (the first, in key order)
 MAX_ALIGNED = 24  # aligned numbers per candidate that are compared with the context
 MAX_LISTS = 8  # lists whose shapes (length, repeats, length differences) a row reports
 MAX_CELL_SYMBOLS = 4  # a line of cells has at most this many distinct symbols
+MAX_CROSSED_CANDIDATES = 8  # context features are crossed with the candidate up to this many
+_CROSSED = (start("W"), start("WIN"))  # the context features crossed (words: not their pairs)
 
 _SEGMENTS = re.compile(r"[:@/.\s]+")
 _WORDS = re.compile(r"[A-Za-z]{3,}")
@@ -88,21 +97,31 @@ def _number(value: Any) -> float | None:
 
 
 def leaves(obj: Any, path: str = "") -> Iterator[tuple[str, Value]]:
-    """(dotted path, value) for every leaf: numbers (bools as 0/1), short strings, and lists of
-    strings as sets; lists of numbers leaf by index (their order is kept), lists of objects too."""
+    """(dotted path, value) for every leaf: numbers (bools as 0/1), short strings, strings of
+    several words as text too, and lists of strings as sets, in order, as a grid when they are
+    lines of cells and as text when some are; lists of numbers leaf by index (their order is
+    kept), lists of objects too."""
     if isinstance(obj, dict):
         for key, value in obj.items():
             yield from leaves(value, f"{path}.{key}" if path else str(key))
     elif isinstance(obj, list):
         if obj and all(isinstance(v, str) for v in obj):
             yield path, frozenset(v.lower() for v in obj)
+            yield path, tuple(v.lower() for v in obj)
+            if is_grid(obj):
+                yield path, Grid(tuple(obj))
+            if words := [v for v in obj if is_text(v)]:
+                yield path, Text("\n".join(words))
         else:
             for i, value in enumerate(obj[:MAX_LIST_INDEX]):
                 yield from leaves(value, f"{path}.{i}")
     elif (number := _number(obj)) is not None:
         yield path, number
-    elif isinstance(obj, str) and len(obj) <= 64:
-        yield path, obj.lower()
+    elif isinstance(obj, str):
+        if len(obj) <= texts.SHORT:
+            yield path, obj.lower()
+        if is_text(obj):
+            yield path, Text(obj)
 
 
 def _aligned(state: Any, names: set[str]) -> list[tuple[str, Any]]:
@@ -183,10 +202,13 @@ def candidate_features(state: Any, tools: list[str]) -> list[Features]:
     known = _state_names(state)
     numbered = [_numbers_outside_names(t, ns & known) for t, ns in zip(tools, names, strict=True)]
     aligned: list[list[tuple[str, Value]]] = []
+    bags: list[dict[str, frozenset[str]]] = []
     roots: set[str] = set()
     for tool_names in names:
         mine: list[tuple[str, Value]] = []
-        for path, sub in _aligned(state, tool_names):
+        parts = _aligned(state, tool_names)
+        bags.append(texts.aligned_bags(parts))
+        for path, sub in parts:
             concrete = _concrete_root(state, path, tool_names)
             if concrete:
                 roots.add(concrete)
@@ -199,6 +221,14 @@ def candidate_features(state: Any, tools: list[str]) -> list[Features]:
     ctx_numbers = [(p, v) for p, v in context if isinstance(v, float)][:MAX_CONTEXT]
     ctx_strings = [(p, v) for p, v in context if isinstance(v, str)]
     ctx_sets = [(p, v) for p, v in context if isinstance(v, frozenset)]
+    ctx_lists = [(p, v) for p, v in context if isinstance(v, tuple)]
+    readings = texts.context_texts((p, v) for p, v in context if isinstance(v, Text))
+    matches = texts.match_features(readings, bags, tools)
+    number_lists = _number_lists(context)
+    shared = texts.context_features(readings)
+    shared.update(window_features([(p, v) for p, v in context if isinstance(v, Grid)],
+                                  number_lists))  # fmt: skip
+    shared.update(_list_differences(number_lists))
     by_value: dict[str, str] = {}  # a context string -> its path (the first with that value)
     for cpath, cstr in ctx_strings:
         by_value.setdefault(cstr, cpath)
@@ -239,7 +269,7 @@ def candidate_features(state: Any, tools: list[str]) -> list[Features]:
                         f[f"COV:{path}|{cpath}"] = len(cset & value) / len(cset)
                 for cpath, cstr in ctx_strings:
                     f[f"IN:{path}|{cpath}"] = float(cstr in value)
-            else:
+            elif isinstance(value, str):
                 for cpath, cstr in ctx_strings:
                     if cstr == value:
                         f[f"EQ:{path}|{cpath}"] = 1.0
@@ -257,9 +287,71 @@ def candidate_features(state: Any, tools: list[str]) -> list[Features]:
         for cpath, cstr in ctx_strings:
             if cstr in names[i]:
                 f[f"NAME_IN:{cpath}"] = 1.0
+        for cpath, items in ctx_lists:
+            places = [k for k, item in enumerate(items) if item in names[i]]
+            if places:
+                f[name("IDX", cpath)] = float(places[0])
+                f[name("IDXE", cpath)] = float(len(items) - 1 - places[-1])
+        f.update(matches[i])
+        f.update(shared)
+        if n <= MAX_CROSSED_CANDIDATES:
+            f.update(_crossed(shared, tool))
         out.append(f)
+    _ranks(matches, out)
     _id_number_ranks(numbered, out)
     _list_shapes(state, roots, out)
+    return out
+
+
+def _crossed(shared: Features, tool: str) -> Features:
+    """`X:<name>@<id>`: the context's words and cells around its anchors as this candidate sees
+    them. What a linear model per action learns (which words route to `strong`), a tree reaches
+    in one split; without it, a split on a context feature alone ranks no candidate above
+    another, and greedy trees never take it."""
+    low = tool.lower()
+    return {
+        name("X", key, low): value
+        for key, value in shared.items()
+        if key.startswith(_CROSSED) and " " not in key
+    }
+
+
+def _ranks(numbers: list[Features], out: list[Features]) -> None:
+    """`R:`, `HI:`, `LO:` of per-candidate numbers among the candidates that have them."""
+    columns: dict[str, list[float]] = {}
+    for mine in numbers:
+        for key, value in mine.items():
+            columns.setdefault(key, []).append(value)
+    for mine, f in zip(numbers, out, strict=True):
+        for key, value in mine.items():
+            column = columns[key]
+            f[name("R", key)] = sum(v < value for v in column) / len(column)
+            f[name("HI", key)] = value - max(column)
+            f[name("LO", key)] = value - min(column)
+
+
+def _number_lists(context: list[tuple[str, Value]]) -> list[tuple[str, list[float]]]:
+    """The context's lists of numbers (`pos.0`, `pos.1` -> `pos = [x, y]`), in order."""
+    lists: dict[str, list[float]] = {}
+    for path, value in context:
+        parent, dot, index = path.rpartition(".")
+        if dot and index.isdigit() and isinstance(value, float):
+            numbers = lists.setdefault(parent, [])
+            if int(index) == len(numbers):
+                numbers.append(value)
+    return list(lists.items())[:MAX_LISTS]
+
+
+def _list_differences(lists: list[tuple[str, list[float]]]) -> Features:
+    """`VD:<a>|<b>:<i>`: two context lists of numbers of one short length, item by item
+    (`goal` less `pos`: the way to go)."""
+    out: Features = {}
+    short = [(p, v) for p, v in lists if 2 <= len(v) <= 4]
+    for k, (pa, va) in enumerate(short):
+        for pb, vb in short[k + 1 :]:
+            if len(va) == len(vb):
+                for i, (a, b) in enumerate(zip(va, vb, strict=True)):
+                    out[name("VD", pa, pb, i)] = a - b
     return out
 
 
@@ -306,9 +398,9 @@ def _numbers_outside_names(tool: str, names: set[str]) -> str:
     `place:cpu0@t3` the 0 is part of the machine `cpu0` (a key of the state), not a number, so
     the slot's time is its first number in every world (`place:lineA@t3`, `place:m2@t3`)."""
     low = tool.lower()
-    for name in sorted(names, key=len, reverse=True):
-        if name != low and any(c.isdigit() for c in name):
-            low = low.replace(name, name.translate(_DIGITS_AS_LETTERS))
+    for spelled in sorted(names, key=len, reverse=True):
+        if spelled != low and any(c.isdigit() for c in spelled):
+            low = low.replace(spelled, spelled.translate(_DIGITS_AS_LETTERS))
     return low
 
 

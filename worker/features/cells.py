@@ -1,0 +1,85 @@
+"""Cells in a state (SPEC §6): a list of equal-length lines read as a grid, around its positions.
+
+A **grid** is a context list of at least two lines of one length, without spaces, of a few
+distinct symbols, one of them a background (`["..#.", ".a.~"]`: a map). A set of its lines says
+nothing of the layout, so it is read around its **anchors**: each symbol that occurs once (`=A`:
+the one cell holding `A`) and each pair of whole numbers of the context that falls inside it
+(`pos = [x, y]`: column x, row y; when the pair also fits as row, column, that reading too, as
+`<pair>~yx`). For each anchor, `WIN:<grid>@<anchor>:<dx>,<dy>:<symbol>` says which symbol lies
+`dx` columns and `dy` rows away (`out` past the edge), up to `RADIUS` cells in each direction:
+the walls and doors around an agent.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from worker.features.kinds import Features, name
+
+RADIUS = 2  # cells read in each direction from an anchor
+MAX_SYMBOLS = 12  # a grid has at most this many distinct symbols
+MAX_CELLS = 4096  # larger grids are not read
+MAX_ANCHORS = 6  # anchors read per grid
+OUT = "out"  # the symbol past a grid's edge
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A list of lines read as a grid (a leaf value beside numbers, strings and sets)."""
+
+    rows: tuple[str, ...]
+
+
+def is_grid(items: list[str]) -> bool:
+    """Lines of one length, mostly one background symbol, with a mark that is not a letter or a
+    digit or only a very few symbols: a map, not a list of ids (`["op1", "op3"]`, `["cpu0:3",
+    "cpu1:4"]`)."""
+    if len(items) < 2:
+        return False
+    width = len(items[0])
+    if width < 3 or any(len(row) != width for row in items) or width * len(items) > MAX_CELLS:
+        return False
+    counts = Counter("".join(items))
+    if len(counts) > MAX_SYMBOLS or any(c.isspace() for c in counts):
+        return False
+    marked = any(not c.isalnum() for c in counts) or len(counts) <= 3
+    return marked and 3 * max(counts.values()) >= width * len(items)
+
+
+def window_features(
+    grids: list[tuple[str, Grid]], pairs: list[tuple[str, list[float]]]
+) -> Features:
+    """`WIN:` of every grid around each of its anchors (the same for every candidate)."""
+    out: Features = {}
+    for path, grid in grids:
+        for anchor, (x, y) in _anchors(grid, pairs)[:MAX_ANCHORS]:
+            for dy in range(-RADIUS, RADIUS + 1):
+                for dx in range(-RADIUS, RADIUS + 1):
+                    out[name("WIN", path, anchor, dx, dy, _at(grid, x + dx, y + dy))] = 1.0
+    return out
+
+
+def _anchors(grid: Grid, pairs: list[tuple[str, list[float]]]) -> list[tuple[str, tuple[int, int]]]:
+    height, width = len(grid.rows), len(grid.rows[0])
+    found: list[tuple[str, tuple[int, int]]] = []
+    for path, numbers in pairs:
+        if len(numbers) != 2 or not all(float(v).is_integer() for v in numbers):
+            continue
+        a, b = int(numbers[0]), int(numbers[1])
+        if 0 <= a < width and 0 <= b < height:
+            found.append((path, (a, b)))
+        if a != b and 0 <= b < width and 0 <= a < height:
+            found.append((f"{path}~yx", (b, a)))
+    seen: dict[str, list[tuple[int, int]]] = {}
+    for y, row in enumerate(grid.rows):
+        for x, symbol in enumerate(row):
+            seen.setdefault(symbol, []).append((x, y))
+    found += [(f"={s}", cells[0]) for s, cells in sorted(seen.items()) if len(cells) == 1]
+    return found
+
+
+def _at(grid: Grid, x: int, y: int) -> str:
+    if 0 <= y < len(grid.rows) and 0 <= x < len(grid.rows[0]):
+        return grid.rows[y][x]
+    return OUT

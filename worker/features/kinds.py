@@ -1,0 +1,226 @@
+"""The one table of feature kinds (SPEC §6): how every feature name is spelled and what it means.
+
+A feature name is a kind's prefix and its parts, spelled by the kind's `form`
+(`D:<a>|<c>` with a = `A:routes.*.cost`, c = `budget` is `D:A:routes.*.cost|budget`). Code builds
+names only through `name(prefix, *parts)`, and `explain(name)` reads any name back into words,
+nested names included. `docs/state-rules.md` lists this table (a test checks the two agree).
+
+Placeholders of a form: `<name>` is itself a feature name (explained in turn); the others are
+paths in the state (`<a>` an aligned one with the candidate's key as `*`, `<c>` a context one,
+`<list>`, `<line>`, `<text>`, `<grid>`, `<dict>`) or small parts (`<k>` the k-th number of an id,
+`<piece>`, `<word>`, `<stat>`, `<symbol>`, `<anchor>`, `<dx>`, `<dy>`, `<i>`, `<verb>`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+Features = dict[str, float]
+
+Value = Literal["flag", "number"]
+Scope = Literal["candidate", "context", "plan"]
+
+_PLACEHOLDER = re.compile(r"<(\w+)>")
+NESTED = "name"  # the placeholder that holds another feature name
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of feature: `form` spells its names, `meaning` says what one is (with the
+    form's placeholders in braces), `value` whether it is a flag (present only when true) or a
+    number, `scope` whether it differs per candidate, is the same for all of a row's candidates
+    (context), or sums a plan's steps."""
+
+    prefix: str
+    form: str
+    meaning: str
+    example: str
+    value: Value
+    scope: Scope
+    reading: str  # the module that reads it (worker/features/<reading>.py)
+
+    @property
+    def placeholders(self) -> list[str]:
+        return _PLACEHOLDER.findall(self.form)
+
+
+KINDS: tuple[Kind, ...] = (
+    # ids.py: the candidate's own id
+    Kind("pos", "pos", "the candidate's place in the row's list, 0..1", "pos",
+         "number", "candidate", "ids"),
+    Kind("P", "P:<piece>", "the candidate's id has the word piece {piece}", "P:weather",
+         "flag", "candidate", "ids"),
+    Kind("N", "N:<k>", "the {k}-th number in the candidate's id", "N:0", "number", "candidate",
+         "ids"),
+    Kind("NR", "NR:<k>", "the rank of the {k}-th id number among the candidates, 0..1", "NR:0",
+         "number", "candidate", "ids"),
+    Kind("NLO", "NLO:<k>", "the {k}-th id number less the least among the candidates", "NLO:0",
+         "number", "candidate", "ids"),
+    Kind("GR", "GR:<k>", "the rank of the {k}-th id number among candidates whose ids differ "
+         "only in it", "GR:1", "number", "candidate", "ids"),
+    Kind("GLO", "GLO:<k>", "the {k}-th id number less the least among candidates whose ids "
+         "differ only in it", "GLO:1", "number", "candidate", "ids"),
+    # aligned.py: the parts of the state about the candidate
+    Kind("A", "A:<a>", "the candidate's own number {a}", "A:routes.*.cost", "number",
+         "candidate", "aligned"),
+    Kind("R", "R:<a>", "the rank among the candidates (0..1) of the candidate's number {a}",
+         "R:routes.*.cost",
+         "number", "candidate", "aligned"),
+    Kind("HI", "HI:<a>", "the candidate's number {a} less the greatest among the candidates",
+         "HI:routes.*.cost", "number", "candidate", "aligned"),
+    Kind("LO", "LO:<a>", "the candidate's number {a} less the least among the candidates",
+         "LO:routes.*.cost", "number", "candidate", "aligned"),
+    Kind("D", "D:<name>|<c>", "{name}, minus the context number {c}",
+         "D:A:routes.*.ms|request.latency_budget_ms", "number", "candidate", "aligned"),
+    Kind("GE", "GE:<name>|<c>", "whether {name} is at least the context number {c}",
+         "GE:N:0|job.release", "number", "candidate", "aligned"),
+    Kind("LEN", "LEN:<a>", "the length of the candidate's own list {a}", "LEN:routes.*.tools",
+         "number", "candidate", "aligned"),
+    Kind("IN", "IN:<a>|<c>", "whether the context string {c} is in the candidate's list {a}",
+         "IN:routes.*.tools|request.tool", "number", "candidate", "aligned"),
+    Kind("COV", "COV:<a>|<c>", "the share of the context list {c} in the candidate's list "
+         "{a}", "COV:routes.*.tools|request.tools", "number", "candidate", "aligned"),
+    Kind("EQ", "EQ:<a>|<c>", "the candidate's string {a} equals the context string {c}",
+         "EQ:machines.*.kind|job.kind", "flag", "candidate", "aligned"),
+    Kind("NAME_IN", "NAME_IN:<c>", "a name of the candidate is in the context list {c} or "
+         "equals the context string", "NAME_IN:request.allowed", "flag", "candidate", "aligned"),
+    Kind("AT", "AT:<line>|<k>:<symbol>", "the candidate's line of cells {line} holds "
+         "{symbol} at its {k}-th id number", "AT:busy.*|0:#", "flag", "candidate", "cells"),
+    Kind("RUN", "RUN:<line>|<k>:<symbol>", "how many cells of the candidate's line {line} "
+         "hold {symbol} from its {k}-th id number on", "RUN:busy.*|0:.", "number",
+         "candidate", "cells"),
+    # context.py: what is the same for every candidate of the row
+    Kind("C", "C:<c>", "the context number {c}", "C:budget_left", "number", "context",
+         "context"),
+    Kind("L", "L:<list>", "the length of the context list {list}", "L:jobs", "number",
+         "context", "context"),
+    Kind("DUP", "DUP:<list>", "how many items of the context list {list} repeat an earlier one",
+         "DUP:proposal", "number", "context", "context"),
+    Kind("LD", "LD:<list>|<c>", "the length of the context list {list} less that of {c}",
+         "LD:proposal|jobs", "number", "context", "context"),
+    Kind("VD", "VD:<list>|<c>:<i>", "item {i} of the context numbers {list} less item {i} of "
+         "{c}", "VD:goal|pos:0", "number", "context", "context"),
+    Kind("IDX", "IDX:<list>", "the first place of a name of the candidate in the context list "
+         "{list}", "IDX:queue", "number", "candidate", "context"),
+    Kind("IDXE", "IDXE:<list>", "how far from the end of the context list {list} a name of "
+         "the candidate last is", "IDXE:history", "number", "candidate", "context"),
+    # cells.py: a list of equal-length lines read as a grid
+    Kind("WIN", "WIN:<grid>@<anchor>:<dx>,<dy>:<symbol>", "the grid {grid} holds {symbol} "
+         "{dx} columns and {dy} rows from {anchor} (a position in the context, or `=x` the "
+         "one cell holding x; `out` past the edge)", "WIN:map@pos:0,-1:#", "flag", "context",
+         "cells"),
+    # crossed: a context feature as one candidate sees it
+    Kind("X", "X:<name>@<id>", "{name}, seen by the candidate {id} only (a ranker otherwise "
+         "reaches a context feature only through a split on the candidate first)",
+         "X:W:request.prompt:prove@strong", "number", "candidate", "context"),
+    # text.py: strings of several words
+    Kind("W", "W:<text>:<word>", "how often the context text {text} has the word (or pair of "
+         "words) {word}", "W:request.prompt:weather", "number", "context", "text"),
+    Kind("TS", "TS:<text>:<stat>", "the statistic {stat} of the context text {text}",
+         "TS:request.prompt:words", "number", "context", "text"),
+    Kind("TO", "TO:<a>|<c>", "the share of the candidate's text {a} (words weighed by how few "
+         "candidates have them) found in the context text {c}",
+         "TO:functions.*.description|question", "number", "candidate", "text"),
+    Kind("TC", "TC:<a>|<c>", "the share of the context text {c} (its words some candidate "
+         "has, weighed) that the candidate's text {a} has",
+         "TC:functions.*|question", "number", "candidate", "text"),
+    Kind("TCOS", "TCOS:<a>|<c>", "the cosine of the candidate's text {a} and the context text "
+         "{c}, words weighed", "TCOS:functions.*|question", "number", "candidate", "text"),
+    Kind("TN", "TN:<c>", "the share of the candidate's id words (weighed) found in the context "
+         "text {c}", "TN:question", "number", "candidate", "text"),
+    # plans.py: a plan in the state, read step by step
+    Kind("PLEN", "PLEN", "the plan's length less its items'", "PLEN", "number", "plan",
+         "plans"),
+    Kind("PMIN", "PMIN:<name>", "the least over the plan's steps of: {name}", "PMIN:D:N:0|release",
+         "number", "plan", "plans"),
+    Kind("PMAX", "PMAX:<name>", "the greatest over the plan's steps of: {name}",
+         "PMAX:A:routes.*.ms", "number", "plan", "plans"),
+    Kind("PALL", "PALL:<name>", "the share of the plan's steps with: {name}", "PALL:AT:busy.*|0:.",
+         "number", "plan", "plans"),
+    Kind("PSUM", "PSUM:<a>", "the plan's total of the steps' number {a}", "PSUM:routes.*.cost",
+         "number", "plan", "plans"),
+    Kind("PD", "PD:<name>|<c>", "{name}, less the number {c}",
+         "PD:PSUM:routes.*.cost|budget", "number", "plan", "plans"),
+    Kind("TALLY", "TALLY:<verb>", "how many of the plan's steps name the object with {verb} "
+         "(or a difference of two such counts)", "TALLY:buy-sell", "number", "plan", "plans"),
+    Kind("S", "S:<name>|<c>", "{name}, plus the object's number {c}",
+         "S:TALLY:buy-sell|held-target", "number", "plan", "plans"),
+    Kind("OMIN", "OMIN:<dict>.*:<name>", "the least over the objects of {dict} of: {name}",
+         "OMIN:assets.*:D:TALLY:sell|held", "number", "plan", "plans"),
+    Kind("OMAX", "OMAX:<dict>.*:<name>", "the greatest over the objects of {dict} of: {name}",
+         "OMAX:assets.*:TALLY:buy", "number", "plan", "plans"),
+)  # fmt: skip
+
+BY_PREFIX: dict[str, Kind] = {k.prefix: k for k in KINDS}
+_FORMATS = {k.prefix: _PLACEHOLDER.sub("{}", k.form) for k in KINDS}
+
+
+def prefixes(*, reading: str | None = None, value: Value | None = None,
+             scope: Scope | None = None) -> tuple[str, ...]:  # fmt: skip
+    """The name prefixes (`D:`) of the kinds that match, for `str.startswith`."""
+    return tuple(
+        f"{k.prefix}:"
+        for k in KINDS
+        if (reading is None or k.reading == reading)
+        and (value is None or k.value == value)
+        and (scope is None or k.scope == scope)
+        and "<" in k.form
+    )
+
+
+def start(prefix: str) -> str:
+    """How the names of the kind `prefix` start (`D:`), for `str.startswith`."""
+    return f"{BY_PREFIX[prefix].prefix}:"
+
+
+def name(prefix: str, *parts: object) -> str:
+    """A feature name of the kind `prefix` from its parts, in the form's order."""
+    return _FORMATS[prefix].format(*parts)
+
+
+def kind_of(feature: str) -> Kind | None:
+    head = feature.split(":", 1)[0]
+    return BY_PREFIX.get(head)
+
+
+@lru_cache(maxsize=64)
+def _pattern(prefix: str) -> re.Pattern[str]:
+    """The kind's form as a regex: a nested name takes all it can (it may hold separators),
+    paths the least, the last part the rest."""
+    form = BY_PREFIX[prefix].form
+    holders = _PLACEHOLDER.findall(form)
+    out, rest = "", form
+    for i, holder in enumerate(holders):
+        before, _, rest = rest.partition(f"<{holder}>")
+        greedy = holder == NESTED or i == len(holders) - 1
+        out += re.escape(before) + (f"(?P<{holder}>.+)" if greedy else f"(?P<{holder}>.+?)")
+    return re.compile(out + re.escape(rest) + "$")
+
+
+def parse(feature: str) -> tuple[Kind, dict[str, str]] | None:
+    """(its kind, its parts by placeholder), or None for a name no kind spells."""
+    kind = kind_of(feature)
+    if kind is None:
+        return None
+    found = _pattern(kind.prefix).match(feature)
+    if found is None:
+        return None
+    return kind, found.groupdict()
+
+
+def explain(feature: str) -> str:
+    """A feature name in words (`D:A:routes.*.cost|budget` -> "(the candidate's own number
+    `routes.*.cost`), minus the context number `budget`")."""
+    parsed = parse(feature)
+    if parsed is None:
+        return f"{feature} (a name no kind spells)"
+    kind, parts = parsed
+    words = {}
+    for holder, value in parts.items():
+        # A rank's number is an aligned path or itself a name (`R:TO:functions.*|question`).
+        nested = holder == NESTED or (holder == "a" and ":" in value and parse(value))
+        words[holder] = f"({explain(value)})" if nested else f"`{value}`"
+    return kind.meaning.format(**words)
