@@ -91,7 +91,107 @@ class RouterJsonlSource(StrictModel):
     routes: list[str] | None = Field(default=None, max_length=MAX_NAMES)
 
 
-Source = Annotated[TrmPlayRootSource | JsonlSource | RouterJsonlSource, Field(discriminator="type")]
+class JobShopGenerate(StrictModel):
+    """Random job-shop instances to generate (Taillard's kind: every job visits every machine
+    once in a random order, uniform durations), `count` of them, the sizes drawn per instance
+    from the ranges; seeded, so the same knobs write the same files."""
+
+    count: int = Field(default=40, ge=1, le=1000)
+    jobs: tuple[int, int] = (6, 15)
+    machines: tuple[int, int] = (5, 15)
+    durations: tuple[int, int] = (1, 99)
+    seed: Seed = 0
+
+    @model_validator(mode="after")
+    def _ranges(self) -> JobShopGenerate:
+        for field, (low, high), top in (("jobs", self.jobs, 50), ("machines", self.machines, 20),
+                                        ("durations", self.durations, 1000)):  # fmt: skip
+            floor = 0 if field == "durations" else 1
+            if not floor <= low <= high <= top:
+                raise ValueError(f"{field} must be a range [low, high], {floor} <= low <= high "
+                                 f"<= {top} (got [{low}, {high}])")  # fmt: skip
+        return self
+
+
+class JobShopSource(StrictModel):
+    """Job-shop dispatching rows (worker/external/jobshop_source.py): every instance file of
+    `path` (Taillard / OR-Library text) solved by CP-SAT within `solve_seconds` each, its
+    schedule replayed as dispatching decisions. With `generate`, the instances are first
+    written to `path` (created). Solutions are cached in `<path>/solutions/`. The work is
+    bounded: at most 1000 instance files, each solve within twice `solve_seconds` of wall
+    time, and generation asks for at most 7200 s of solving."""
+
+    type: Literal["jobshop"]
+    name: Name
+    path: str = Field(max_length=4096)
+    generate: JobShopGenerate | None = None
+    solve_seconds: float = Field(default=2.0, gt=0, le=60)
+    # The dispatching scheme the rows are replayed under: `active` (Giffler-Thompson) or
+    # `non_delay`; a policy must be rolled out under the scheme it learned.
+    scheme: Literal["active", "non_delay"] = "active"
+
+    @model_validator(mode="after")
+    def _bounded(self) -> JobShopSource:
+        count = self.generate.count if self.generate else 0
+        if count * self.solve_seconds > 7200:
+            raise ValueError(f"generate.count x solve_seconds must stay within 7200 s of "
+                             f"solving (got {count} x {self.solve_seconds})")  # fmt: skip
+        return self
+
+
+# The BFCL categories whose every row is one function call or none (worker/external/bfcl.py).
+BfclCategory = Literal[
+    "multiple", "live_multiple", "irrelevance", "live_irrelevance",
+    "simple_python", "simple_java", "simple_javascript", "live_simple",
+]  # fmt: skip
+
+
+def bfcl_data_folder() -> str | None:
+    """The installed bfcl-eval package's `data` folder, found without importing the package (it
+    is installed without its dependencies, so importing it may fail); None when not installed."""
+    try:
+        spec = importlib.util.find_spec("bfcl_eval")
+    except (ImportError, ValueError):
+        return None
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(location) / "data").is_dir():
+            return str(Path(location) / "data")
+    return None
+
+
+class BfclSource(StrictModel):
+    """The Berkeley Function Calling Leaderboard's questions (`BFCL_v4_<category>.json`, JSON
+    lines) and answers (`possible_answer/`): which offered function to call, or none. `path` is a
+    folder holding them (a checkout's `bfcl_eval/data`); left out, the installed bfcl-eval
+    package's data folder (`pip install --no-deps bfcl-eval`) is filled in."""
+
+    type: Literal["bfcl"]
+    name: Name
+    path: str = Field(max_length=4096)
+    categories: list[BfclCategory] = Field(
+        default=["multiple", "live_multiple", "irrelevance", "live_irrelevance"],
+        min_length=1, max_length=8,
+    )  # fmt: skip
+
+    @model_validator(mode="before")
+    @classmethod
+    def _installed_data(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("path") is None:
+            folder = bfcl_data_folder()
+            if folder is None:
+                raise ValueError(
+                    "bfcl: no path given and the bfcl-eval package is not installed; install "
+                    "its data with `pip install --no-deps bfcl-eval`, or set path to a folder "
+                    "holding BFCL_v4_*.json and possible_answer/"
+                )
+            data = {**data, "path": folder}
+        return data
+
+
+Source = Annotated[
+    TrmPlayRootSource | JsonlSource | RouterJsonlSource | JobShopSource,
+    Field(discriminator="type"),
+]
 
 
 class SplitSpec(StrictModel):

@@ -52,6 +52,7 @@ from typing import Any, BinaryIO
 from core.paths import files_inside
 from core.schemas.corpus import (
     CorpusSpec,
+    JobShopSource,
     JsonlSource,
     RouterJsonlSource,
     Source,
@@ -78,6 +79,12 @@ def discover(spec: CorpusSpec) -> list[tuple[list[Path], list[str]]]:
     for index, source in enumerate(spec.sources):
         field = f"sources[{index}].path"
         root = Path(source.path)
+        if isinstance(source, JobShopSource):
+            # Before the existence check: generated instances are written there first.
+            from worker.external.jobshop_source import files_of as jobshop_files
+
+            found.append((jobshop_files(source, field), []))
+            continue
         if not root.exists():
             raise CorpusInputError(field, f"{root} does not exist")
         skipped: list[str] = []
@@ -109,6 +116,10 @@ Convert = Callable[[dict[str, Any], Path, str, int], Row]
 
 
 def read_source(source: Source, files: list[Path], tally: Tally, progress: Progress) -> list[Row]:
+    if isinstance(source, JobShopSource):
+        from worker.external.jobshop_source import read_rows as jobshop_rows
+
+        return jobshop_rows(source, files, tally, progress)
     root = Path(source.path)
     lines = _lines(root, files, tally, progress)
     if isinstance(source, TrmPlayRootSource):

@@ -9,8 +9,10 @@ from the network.
 from __future__ import annotations
 
 from worker.external.common import BenchRow, ExternalBench
+from worker.external.jobshop import BENCH as JOBSHOP
 
 # name -> the data set's bench; each module adds itself here.
 BENCHES: dict[str, ExternalBench] = {}
+BENCHES[JOBSHOP.name] = JOBSHOP
 
 __all__ = ["BENCHES", "BenchRow", "ExternalBench"]
