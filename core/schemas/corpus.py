@@ -91,6 +91,26 @@ class RouterJsonlSource(StrictModel):
     routes: list[str] | None = Field(default=None, max_length=MAX_NAMES)
 
 
+class RouteLlmSource(StrictModel):
+    """RouteLLM's evaluation labels (Ong et al. 2024, arXiv 2406.18665): whether a weak model
+    (Mixtral-8x7B-Instruct) and a strong one (GPT-4-1106) answered each MMLU / GSM8K prompt right.
+    `path` is a checkout of lm-sys/RouteLLM: its root, its `routellm/evals` folder, or any folder
+    holding `mmlu/` and `gsm8k/`. One row per prompt: state = the prompt and both models' prices,
+    tools = [weak, strong], action = `strong` only when the strong model alone is right."""
+
+    type: Literal["routellm"]
+    name: Name
+    path: str = Field(max_length=4096)
+    benchmarks: list[Literal["mmlu", "gsm8k"]] = Field(
+        default=["mmlu", "gsm8k"], min_length=1, max_length=2
+    )
+    # Drop the prompts RouteLLM's own evaluation drops (`<benchmark>/contaminated_prompts.jsonl`).
+    drop_contaminated: bool = True
+    # USD per million tokens, the paper's cost figures: Mixtral-8x7B $0.24, GPT-4 $24.7.
+    weak_price: float = Field(default=0.24, ge=0)
+    strong_price: float = Field(default=24.7, ge=0)
+
+
 class JobShopGenerate(StrictModel):
     """Random job-shop instances to generate (Taillard's kind: every job visits every machine
     once in a random order, uniform durations), `count` of them, the sizes drawn per instance
@@ -189,7 +209,7 @@ class BfclSource(StrictModel):
 
 
 Source = Annotated[
-    TrmPlayRootSource | JsonlSource | RouterJsonlSource | JobShopSource,
+    TrmPlayRootSource | JsonlSource | RouterJsonlSource | RouteLlmSource | JobShopSource,
     Field(discriminator="type"),
 ]
 

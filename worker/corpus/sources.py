@@ -58,6 +58,7 @@ from core.schemas.corpus import (
     Source,
     TrmPlayRootSource,
 )
+from worker.corpus import routellm
 from worker.corpus.errors import CorpusInputError
 from worker.corpus.rows import Invalid, Row, Tally, classify, family_of
 
@@ -88,7 +89,9 @@ def discover(spec: CorpusSpec) -> list[tuple[list[Path], list[str]]]:
         if not root.exists():
             raise CorpusInputError(field, f"{root} does not exist")
         skipped: list[str] = []
-        if isinstance(source, TrmPlayRootSource):
+        if isinstance(source, routellm.RouteLlmSource):
+            files = routellm.files_of(source, field)
+        elif isinstance(source, TrmPlayRootSource):
             if not root.is_dir():
                 raise CorpusInputError(field, f"{root} is not a folder (trm_play_root wants one)")
             files, skipped = files_inside(root, sorted(root.glob(PLAY_GLOB)))
@@ -120,6 +123,8 @@ def read_source(source: Source, files: list[Path], tally: Tally, progress: Progr
         from worker.external.jobshop_source import read_rows as jobshop_rows
 
         return jobshop_rows(source, files, tally, progress)
+    if isinstance(source, routellm.RouteLlmSource):
+        return routellm.read_rows(source, files, tally, progress)
     root = Path(source.path)
     lines = _lines(root, files, tally, progress)
     if isinstance(source, TrmPlayRootSource):

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from worker.external.common import BenchRow, ExternalBench
 from worker.external.jobshop import BENCH as JOBSHOP
+from worker.external.routellm import BENCH as ROUTELLM
 
 # name -> the data set's bench; each module adds itself here.
 BENCHES: dict[str, ExternalBench] = {}
 BENCHES[JOBSHOP.name] = JOBSHOP
+BENCHES[ROUTELLM.name] = ROUTELLM
 
 __all__ = ["BENCHES", "BenchRow", "ExternalBench"]

@@ -36,6 +36,8 @@ class BenchRow:
     train_seconds: float | None = None
     higher_is_better: bool = True
     extra: dict[str, float] = field(default_factory=dict)  # other figures (cpt50, abstain recall)
+    # A curve a plot draws, as (x, y) points (routing: share of strong calls, quality).
+    curve: list[tuple[float, float]] = field(default_factory=list)
 
 
 class ExternalBench(Protocol):

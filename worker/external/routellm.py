@@ -1,0 +1,298 @@
+"""The `routellm` external bench: weak/strong routing on RouteLLM's MMLU and GSM8K labels.
+
+Data: a checkout of lm-sys/RouteLLM (`--data routellm=PATH`: its root, its `routellm/evals`
+folder, or the folder holding `mmlu/` and `gsm8k/`), read by the `routellm` corpus source
+(worker/corpus/routellm.py). Nothing is downloaded.
+
+The corpus: one row per prompt (tools weak/strong, action `strong` only where the strong model
+alone is right), split by env (one env per MMLU subject, `gsm8k`). Two anchor sets, never trained
+on:
+- `mmlu-unseen-subjects`: a quarter of the 57 MMLU subjects, the first by sha256(f"{seed}:{name}")
+  at ANCHOR_SEED (`unseen_subjects`), so a router is scored on subjects it never saw;
+- `gsm8k`: all of GSM8K, a shifted set (grade-school math word problems, trained on MMLU only).
+Val is a fifth of the remaining subjects (model selection); train is the rest.
+
+Methods, each scored with RouteLLM's metrics (routing.py: APGR, CPT(50%), CPT(80%), with
+bootstrap intervals over prompts):
+- baselines: `random` (uniform scores, one draw per seed: APGR ~ 0.5), `always-weak` and
+  `always-strong` (one point each: their quality, PGR 0 and 1), `oracle` (the highest curve any
+  router can trace), `tfidf-logreg` (TF-IDF of the prompt and a logistic regression on the same
+  train rows, the simplest text router);
+- learned (common.LEARNED): trained by `train_policy` on the corpus; a policy's strong-call
+  score is its score of `strong` minus its score of `weak`.
+`train_rows` caps the train rows the learned methods see (a seeded sample, the same for every
+method and seed; None: all of them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.schemas.corpus import CorpusSpec
+from worker.corpus import build_corpus
+from worker.corpus.routellm import MMLU_GLOB, evals_folder
+from worker.external import routing
+from worker.external.common import LEARNED, BenchRow, Log, train_policy
+
+ANCHOR_SEED = 0
+UNSEEN_SHARE = 0.25
+SPLIT_SEED = 0
+VAL_FRACTION = 0.2
+BASELINES = ("random", "always-weak", "always-strong", "oracle", "tfidf-logreg")
+MMLU_UNSEEN, GSM8K = "mmlu-unseen-subjects", "gsm8k"
+SCORE_BATCH = 512
+
+
+def unseen_subjects(subjects: list[str], seed: int = ANCHOR_SEED) -> list[str]:
+    """The MMLU subjects held out as anchors: the first quarter by sha256(f"{seed}:{name}")."""
+    ordered = sorted(subjects, key=lambda s: hashlib.sha256(f"{seed}:{s}".encode()).digest())
+    return sorted(ordered[: round(len(subjects) * UNSEEN_SHARE)])
+
+
+@dataclass
+class AnchorSet:
+    """The prompts one anchor set scores, in corpus order, and one shared set of resamples."""
+
+    name: str
+    states: list[str]
+    tools: list[list[str]]
+    outcomes: routing.Outcomes
+    draws: np.ndarray
+
+
+def locate(data: Path | None) -> Path:
+    """The folder holding mmlu/ and gsm8k/; FileNotFoundError saying what to pass."""
+    if data is None:
+        raise FileNotFoundError(
+            "no data path: pass a checkout of lm-sys/RouteLLM (--data routellm=PATH)"
+        )
+    evals = evals_folder(Path(data))
+    if evals is None:
+        raise FileNotFoundError(
+            f"{data} holds no RouteLLM evaluation data (want the repo root, its routellm/evals "
+            "folder, or a folder holding mmlu/ and gsm8k/)"
+        )
+    return evals
+
+
+def corpus_spec(evals: Path) -> dict[str, Any]:
+    subjects = sorted(p.stem.removeprefix("mmlu_") for p in evals.glob(MMLU_GLOB))
+    anchors = [f"mmlu-{s}" for s in unseen_subjects(subjects)] + [GSM8K]
+    return {
+        "sources": [{"type": "routellm", "name": "routellm", "path": str(evals)}],
+        "split": {"by": "env", "seed": SPLIT_SEED, "val_fraction": VAL_FRACTION, "anchor": anchors},
+        # RouteLLM scores every prompt, repeats included.
+        "dedupe": False,
+        "contract": "action_only",
+    }
+
+
+def _lines(path: Path) -> list[str]:
+    """A JSONL file's rows; split at "\n" only, as prompts may hold U+0085 or U+2028."""
+    return [line for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in _lines(path)]
+
+
+def anchor_sets(corpus: Path) -> list[AnchorSet]:
+    rows = _read(corpus / "anchor.jsonl")
+    groups = {
+        MMLU_UNSEEN: [r for r in rows if r["meta"]["benchmark"] == "mmlu"],
+        GSM8K: [r for r in rows if r["meta"]["benchmark"] == "gsm8k"],
+    }
+    sets = []
+    for name, members in groups.items():
+        if not members:
+            continue
+        outcomes = routing.Outcomes.of(
+            [r["meta"]["weak_correct"] for r in members],
+            [r["meta"]["strong_correct"] for r in members],
+        )
+        states = [r["state"] for r in members]
+        tools = [r["tools"] for r in members]
+        sets.append(AnchorSet(name, states, tools, outcomes, routing.resamples(len(members))))
+    return sets
+
+
+def sample_train(corpus: Path, out: Path, rows: int | None, seed: int = SPLIT_SEED) -> Path:
+    """The corpus the learned methods train on: `corpus` itself, or a copy whose train.jsonl
+    keeps a seeded sample of `rows` rows (val and anchors as they are)."""
+    train = [line + "\n" for line in _lines(corpus / "train.jsonl")]
+    if rows is None or len(train) <= rows:
+        return corpus
+    out.mkdir(parents=True, exist_ok=True)
+    kept = sorted(random.Random(seed).sample(range(len(train)), rows))
+    (out / "train.jsonl").write_text("".join(train[i] for i in kept), encoding="utf-8")
+    for name in ("val.jsonl", "anchor.jsonl", "manifest.json"):
+        (out / name).write_bytes((corpus / name).read_bytes())
+    return out
+
+
+def tfidf_scores(train: list[dict[str, Any]], sets: list[AnchorSet]) -> list[np.ndarray]:
+    """P(strong) from a TF-IDF + logistic regression on the train prompts, per anchor set."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    def prompts(states: list[str]) -> list[str]:
+        return [json.loads(s)["prompt"] for s in states]
+
+    vectorizer = TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), min_df=2)
+    x = vectorizer.fit_transform(prompts([r["state"] for r in train]))
+    y = np.array([r["action"] == "strong" for r in train])
+    model = LogisticRegression(max_iter=2000).fit(x, y)
+    return [model.predict_proba(vectorizer.transform(prompts(s.states)))[:, 1] for s in sets]
+
+
+def policy_scores(policy: Any, anchors: AnchorSet) -> np.ndarray:
+    """Strong-call scores of a trained policy: its score of `strong` minus that of `weak`."""
+    out = []
+    for start in range(0, len(anchors.states), SCORE_BATCH):
+        states = anchors.states[start : start + SCORE_BATCH]
+        tools = anchors.tools[start : start + SCORE_BATCH]
+        for row_tools, scores in zip(tools, policy.scores_batch(states, tools), strict=True):
+            out.append(scores[row_tools.index("strong")] - scores[row_tools.index("weak")])
+    return np.array(out, dtype=np.float64)
+
+
+def curve_row(
+    anchors: AnchorSet,
+    method: str,
+    scores_per_seed: list[np.ndarray],
+    train_seconds: float | None = None,
+) -> BenchRow:
+    score = routing.score_router(scores_per_seed, anchors.outcomes, anchors.draws)
+    extra = {f"cpt{round(level * 100)}": v for level, v in score.cpt.items() if v is not None}
+    if len(score.apgr_per_seed) > 1:
+        extra["seed_spread"] = max(score.apgr_per_seed) - min(score.apgr_per_seed)
+    return BenchRow(
+        "routellm", anchors.name, method, "apgr", score.apgr, score.apgr_ci95, score.n,
+        score.seeds, train_seconds, extra=extra, curve=score.points,
+    )  # fmt: skip
+
+
+def model_row(anchors: AnchorSet, method: str) -> BenchRow:
+    """always-weak / always-strong: one point, scored by its quality."""
+    strong = method == "always-strong"
+    correct = anchors.outcomes.strong if strong else anchors.outcomes.weak
+    quality = float(correct.mean())
+    return BenchRow(
+        "routellm", anchors.name, method, "quality", quality,
+        routing.quality_interval(correct, anchors.draws), len(correct), 1,
+        extra={"pgr": 1.0 if strong else 0.0, "strong_share": 1.0 if strong else 0.0},
+        curve=[(1.0 if strong else 0.0, round(quality, 4))],
+    )  # fmt: skip
+
+
+class RouteLlmBench:
+    """See the module docstring. `train_rows` caps the learned methods' train rows."""
+
+    name = "routellm"
+
+    def __init__(self, train_rows: int | None = None) -> None:
+        self.train_rows = train_rows
+
+    def run(
+        self, work: Path, data: Path | None, methods: list[str], seeds: list[int], log: Log
+    ) -> list[BenchRow]:
+        evals = locate(data)
+        corpus = work / "corpus"
+        result = build_corpus(CorpusSpec.model_validate(corpus_spec(evals)), corpus)
+        counters = result.counters
+        log(
+            f"routellm: corpus from {evals}: {counters['rows_read']} read, "
+            f"{counters['rows_invalid']} left out ({result.manifest['invalid']}), "
+            f"train {counters['train']}, val {counters['val']}, anchor {counters['anchor']}"
+        )
+        sets = anchor_sets(corpus)
+        rows: list[BenchRow] = []
+        if "baselines" in methods:
+            rows += self._baselines(corpus, sets, seeds, log)
+        learned = [m for m in methods if m in LEARNED]
+        if learned:
+            training = sample_train(corpus, work / "corpus-sampled", self.train_rows)
+            for method in learned:
+                rows += self._learned(method, training, sets, seeds, work, log)
+        return rows
+
+    def _baselines(
+        self, corpus: Path, sets: list[AnchorSet], seeds: list[int], log: Log
+    ) -> list[BenchRow]:
+        rows: list[BenchRow] = []
+        tfidf = tfidf_scores(_read(corpus / "train.jsonl"), sets)
+        for anchors, text_scores in zip(sets, tfidf, strict=True):
+            n = len(anchors.states)
+            rand = [np.random.default_rng(seed).random(n) for seed in seeds]
+            rows += [
+                curve_row(anchors, "random", rand),
+                model_row(anchors, "always-weak"),
+                model_row(anchors, "always-strong"),
+                curve_row(anchors, "oracle", [anchors.outcomes.oracle_scores()]),
+                curve_row(anchors, "tfidf-logreg", [text_scores]),
+            ]
+            log(f"routellm {anchors.name}: baselines scored on {n} prompts")
+        return rows
+
+    def _learned(
+        self,
+        method: str,
+        corpus: Path,
+        sets: list[AnchorSet],
+        seeds: list[int],
+        work: Path,
+        log: Log,
+    ) -> list[BenchRow]:
+        per_set: list[list[np.ndarray]] = [[] for _ in sets]
+        seconds = []
+        for seed in seeds:
+            policy, took = train_policy(method, corpus, work / f"{method}-{seed}", seed)
+            seconds.append(took)
+            for i, anchors in enumerate(sets):
+                per_set[i].append(policy_scores(policy, anchors))
+            log(f"routellm {method} seed {seed}: trained in {took:.1f} s")
+        mean_seconds = sum(seconds) / len(seconds)
+        return [
+            curve_row(anchors, method, scores, mean_seconds)
+            for anchors, scores in zip(sets, per_set, strict=True)
+        ]
+
+    def targets(self, rows: list[BenchRow]) -> list[tuple[str, bool, str]]:
+        """RouteLLM's targets, on the unseen MMLU subjects: (what, met, what was measured)."""
+        apgr = {r.method: r for r in rows if r.anchors == MMLU_UNSEEN and r.metric == "apgr"}
+        out = []
+        trm = apgr.get("trm")
+        if trm and "random" in apgr:
+            rand = apgr["random"]
+            met = trm.value > rand.value and trm.ci95[0] > 0.5
+            out.append((
+                f"{MMLU_UNSEEN}: trm APGR above random, its interval clear of 0.5", met,
+                f"{trm.value:.3f} {_ci(trm)} vs random {rand.value:.3f} {_ci(rand)}",
+            ))  # fmt: skip
+        if trm and "tfidf-logreg" in apgr:
+            text = apgr["tfidf-logreg"]
+            out.append((
+                f"{MMLU_UNSEEN}: trm APGR above tfidf-logreg", trm.value > text.value,
+                f"{trm.value:.3f} vs {text.value:.3f} {_ci(text)}",
+            ))  # fmt: skip
+        if trm and "gbdt" in apgr:
+            gbdt = apgr["gbdt"]
+            out.append((
+                f"{MMLU_UNSEEN}: trm >= gbdt - 0.02", trm.value >= gbdt.value - 0.02,
+                f"{trm.value:.3f} vs {gbdt.value:.3f}",
+            ))  # fmt: skip
+        return out
+
+
+def _ci(row: BenchRow) -> str:
+    return f"[{row.ci95[0]:.3f}, {row.ci95[1]:.3f}]"
+
+
+BENCH = RouteLlmBench()
