@@ -1,4 +1,4 @@
-"""The encoding every learner reads (worker/models/features.py): what it lets a model see about
+"""The encoding every learner reads (worker/features/): what it lets a model see about
 lists and about candidate sets larger than any in training."""
 
 from __future__ import annotations

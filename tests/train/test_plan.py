@@ -1,4 +1,4 @@
-"""A plan in the state read step by step (worker/models/plan.py): what a verifier needs to judge
+"""A plan in the state read step by step (worker/features/plans.py): what a verifier needs to judge
 a proposed solution without the world that would replay it."""
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ the one cell holding `A`) and each pair of whole numbers of the context that fal
 `<pair>~yx`). For each anchor, `WIN:<grid>@<anchor>:<dx>,<dy>:<symbol>` says which symbol lies
 `dx` columns and `dy` rows away (`out` past the edge), up to `RADIUS` cells in each direction:
 the walls and doors around an agent.
+
+A **line of cells** aligned with a candidate (`busy.oven = "..#.."`: a machine's time slots) is
+read at the candidate's own id numbers: `AT:<line>|<k>:<symbol>` the symbol at its k-th number,
+`RUN:<line>|<k>:<symbol>` how many cells from there hold it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ RADIUS = 2  # cells read in each direction from an anchor
 MAX_SYMBOLS = 12  # a grid has at most this many distinct symbols
 MAX_CELLS = 4096  # larger grids are not read
 MAX_ANCHORS = 6  # anchors read per grid
+MAX_CELL_SYMBOLS = 4  # a line of cells has at most this many distinct symbols
 OUT = "out"  # the symbol past a grid's edge
 
 
@@ -83,3 +88,28 @@ def _at(grid: Grid, x: int, y: int) -> str:
     if 0 <= y < len(grid.rows) and 0 <= x < len(grid.rows[0]):
         return grid.rows[y][x]
     return OUT
+
+
+def is_cells(text: str) -> bool:
+    """A line of cells (`"..##m..."`: a machine's time slots, a row of a map): a short string
+    of a few distinct symbols and no spaces, read by position, not as a word."""
+    return 3 <= len(text) <= 64 and " " not in text and len(set(text)) <= MAX_CELL_SYMBOLS
+
+
+def cells_at(text: str, path: str, numbers: list[int], f: Features) -> list[tuple[str, float]]:
+    """A line of cells aligned with the candidate, read at the candidate's own id numbers
+    (`slot_oven_3` on `busy.oven`: the cell at 3): `AT:<line>|<k>:<symbol>` the symbol there,
+    and `RUN:<line>|<k>:<symbol>` how many cells from there hold it (free slots ahead), under
+    the symbol's name, so that its comparison with the context (`GE:RUN:busy.*|0:.|job.dur`:
+    a free stretch at least the job's length) says what it is a run of. The runs, to compare."""
+    runs: list[tuple[str, float]] = []
+    for k, at in enumerate(numbers):
+        if at >= len(text):
+            f[name("AT", path, k, "past")] = 1.0
+            continue
+        symbol, rest = text[at], text[at:]
+        f[name("AT", path, k, symbol)] = 1.0
+        key = name("RUN", path, k, symbol)
+        f[key] = float(len(rest) - len(rest.lstrip(symbol)))
+        runs.append((key, f[key]))
+    return runs

@@ -41,6 +41,7 @@ class Kind:
     value: Value
     scope: Scope
     reading: str  # the module that reads it (worker/features/<reading>.py)
+    step: bool = False  # read per step of a plan too (plans.py): what a step says of itself
 
     @property
     def placeholders(self) -> list[str]:
@@ -52,9 +53,9 @@ KINDS: tuple[Kind, ...] = (
     Kind("pos", "pos", "the candidate's place in the row's list, 0..1", "pos",
          "number", "candidate", "ids"),
     Kind("P", "P:<piece>", "the candidate's id has the word piece {piece}", "P:weather",
-         "flag", "candidate", "ids"),
+         "flag", "candidate", "ids", step=True),
     Kind("N", "N:<k>", "the {k}-th number in the candidate's id", "N:0", "number", "candidate",
-         "ids"),
+         "ids", step=True),
     Kind("NR", "NR:<k>", "the rank of the {k}-th id number among the candidates, 0..1", "NR:0",
          "number", "candidate", "ids"),
     Kind("NLO", "NLO:<k>", "the {k}-th id number less the least among the candidates", "NLO:0",
@@ -65,7 +66,7 @@ KINDS: tuple[Kind, ...] = (
          "differ only in it", "GLO:1", "number", "candidate", "ids"),
     # aligned.py: the parts of the state about the candidate
     Kind("A", "A:<a>", "the candidate's own number {a}", "A:routes.*.cost", "number",
-         "candidate", "aligned"),
+         "candidate", "aligned", step=True),
     Kind("R", "R:<a>", "the rank among the candidates (0..1) of the candidate's number {a}",
          "R:routes.*.cost",
          "number", "candidate", "aligned"),
@@ -74,24 +75,26 @@ KINDS: tuple[Kind, ...] = (
     Kind("LO", "LO:<a>", "the candidate's number {a} less the least among the candidates",
          "LO:routes.*.cost", "number", "candidate", "aligned"),
     Kind("D", "D:<name>|<c>", "{name}, minus the context number {c}",
-         "D:A:routes.*.ms|request.latency_budget_ms", "number", "candidate", "aligned"),
+         "D:A:routes.*.ms|request.latency_budget_ms", "number", "candidate", "aligned", step=True),
     Kind("GE", "GE:<name>|<c>", "whether {name} is at least the context number {c}",
-         "GE:N:0|job.release", "number", "candidate", "aligned"),
+         "GE:N:0|job.release", "number", "candidate", "aligned", step=True),
     Kind("LEN", "LEN:<a>", "the length of the candidate's own list {a}", "LEN:routes.*.tools",
-         "number", "candidate", "aligned"),
+         "number", "candidate", "aligned", step=True),
     Kind("IN", "IN:<a>|<c>", "whether the context string {c} is in the candidate's list {a}",
-         "IN:routes.*.tools|request.tool", "number", "candidate", "aligned"),
+         "IN:routes.*.tools|request.tool", "number", "candidate", "aligned", step=True),
     Kind("COV", "COV:<a>|<c>", "the share of the context list {c} in the candidate's list "
-         "{a}", "COV:routes.*.tools|request.tools", "number", "candidate", "aligned"),
+         "{a}", "COV:routes.*.tools|request.tools", "number", "candidate", "aligned", step=True),
     Kind("EQ", "EQ:<a>|<c>", "the candidate's string {a} equals the context string {c}",
-         "EQ:machines.*.kind|job.kind", "flag", "candidate", "aligned"),
+         "EQ:machines.*.kind|job.kind", "flag", "candidate", "aligned", step=True),
     Kind("NAME_IN", "NAME_IN:<c>", "a name of the candidate is in the context list {c} or "
-         "equals the context string", "NAME_IN:request.allowed", "flag", "candidate", "aligned"),
+         "equals the context string", "NAME_IN:request.allowed", "flag", "candidate", "aligned",
+         step=True),
     Kind("AT", "AT:<line>|<k>:<symbol>", "the candidate's line of cells {line} holds "
-         "{symbol} at its {k}-th id number", "AT:busy.*|0:#", "flag", "candidate", "cells"),
+         "{symbol} at its {k}-th id number", "AT:busy.*|0:#", "flag", "candidate", "cells",
+         step=True),
     Kind("RUN", "RUN:<line>|<k>:<symbol>", "how many cells of the candidate's line {line} "
          "hold {symbol} from its {k}-th id number on", "RUN:busy.*|0:.", "number",
-         "candidate", "cells"),
+         "candidate", "cells", step=True),
     # context.py: what is the same for every candidate of the row
     Kind("C", "C:<c>", "the context number {c}", "C:budget_left", "number", "context",
          "context"),

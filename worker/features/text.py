@@ -182,10 +182,14 @@ def match_features(
     weight = _weights(own)
     for cpath, reading in texts:
         for f, bag in zip(out, own, strict=True):
-            total = sum(weight[w] for w in bag)
+            total = math.fsum(weight[w] for w in bag)
             if total > 0:
-                f[name("TN", cpath)] = sum(weight[w] for w in bag & reading.bag) / total
+                f[name("TN", cpath)] = math.fsum(weight[w] for w in bag & reading.bag) / total
     return out
+
+
+# Sums over sets of words are `math.fsum`: exact, so the same whatever order a set iterates in
+# (it changes with each process's string hashing); a model's features are the same every run.
 
 
 def _weights(bags: list[frozenset[str]]) -> dict[str, float]:
@@ -206,18 +210,19 @@ def _match(
     apath: str,
     cpath: str,
 ) -> Features:
-    own = sum(weight[w] for w in bag)
+    own = math.fsum(weight[w] for w in bag)
     shared = bag & context
-    hit = sum(weight[w] for w in shared)
+    hit = math.fsum(weight[w] for w in shared)
     anyone = frozenset().union(*column) & context
-    reachable = sum(weight[w] for w in anyone)
+    reachable = math.fsum(weight[w] for w in anyone)
     # Cosine of the weighed bags: the context's words weigh as the candidates' do; words no
     # candidate has weigh 0 (the context's length alone does not lower it).
-    norm = math.sqrt(sum(weight[w] ** 2 for w in bag)) * math.sqrt(
-        sum(weight[w] ** 2 for w in anyone)
+    norm = math.sqrt(math.fsum(weight[w] ** 2 for w in bag)) * math.sqrt(
+        math.fsum(weight[w] ** 2 for w in anyone)
     )
+    squares = math.fsum(weight[w] ** 2 for w in shared)
     return {
         name("TO", apath, cpath): hit / own if own > 0 else 0.0,
         name("TC", apath, cpath): hit / reachable if reachable > 0 else 0.0,
-        name("TCOS", apath, cpath): sum(weight[w] ** 2 for w in shared) / norm if norm else 0.0,
+        name("TCOS", apath, cpath): squares / norm if norm else 0.0,
     }

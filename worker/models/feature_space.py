@@ -1,6 +1,6 @@
-"""The feature space a model reads (SPEC §6): which of `features.py`'s named numbers exist, in
-what order, and how the neural model scales them; fitted on the train rows, saved as JSON beside
-the model (`features.json`), loaded with it.
+"""The feature space a model reads (SPEC §6): which of the named numbers of `worker/features/`
+(`row_features`) exist, in what order, and how the neural model scales them; fitted on the train
+rows, saved as JSON beside the model (`features.json`), loaded with it.
 
 A feature is kept when it is seen often enough (`MIN_SHARE` of the train rows, at least twice), in
 enough of the train worlds to carry to an unseen one (half of them, up to `MIN_ENVS`: a name one
@@ -25,29 +25,17 @@ import numpy as np
 from core.rundir import write_json_atomic
 from worker.context import StageFailure
 from worker.features import kinds
-from worker.models.features import Features, candidate_features, parse_state
-from worker.models.plan import plan_features
+from worker.features.row import row_features as row_features
 
 MIN_SHARE = 0.005  # a feature must occur in this share of train rows (and at least twice)
 MIN_ENVS = 3  # ... and in half the train worlds (envs), up to this many
 MAX_FEATURES = 4096  # features other than a text's words
 MAX_WORDS = 2048  # words of the context's texts (`W:`), the most frequent
-# /4: plans read step by step (plan.py), aligned fields looked up by a context string
+# /4: plans read step by step (plans.py), aligned fields looked up by a context string
 # /5: text read as words and matched with the candidates', grids read around their anchors,
 # lists of strings in order
 FORMAT = "trm-features/5"
 WORDS = (kinds.start("W"), kinds.name("X", kinds.start("W"), ""))
-
-
-def row_features(state_text: str, tools: list[str]) -> list[Features]:
-    """One dict of named numbers per candidate of the row: the candidate set against the state
-    (`features.py`) and, where the state holds a plan, the plan read step by step (`plan.py`)."""
-    state = parse_state(state_text)
-    out = candidate_features(state, tools)
-    plan = plan_features(state)
-    for features in out:
-        features.update(plan)
-    return out
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The gradient-boosted reference ranker (SPEC §6 `gbdt`): LightGBM over the generic (state,
-candidate) features of `worker/models/features.py`, one score per candidate.
+candidate) features of `worker/features/`, one score per candidate.
 
 Files (in `trainer/`, or wherever a bench points): `model.txt` (LightGBM's own text format: a
 model file is data, never code, so loading one cannot run anything) and `features.json`.

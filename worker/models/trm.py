@@ -3,7 +3,7 @@ Recursive Reasoning with Tiny Networks": its network, its recursion, its files a
 
 Read top to bottom: the one network, the recursion, rows as tensors, files, policy.
 
-- **Input** `x`: each candidate's features (`worker/models/features.py`: the candidate set against
+- **Input** `x`: each candidate's features (`worker/features/`: the candidate set against
   the state, numbers as numbers), embedded by a small MLP: (rows, candidates, hidden).
 - **One network** `f`: two residual layers over a candidate set; each candidate also reads the
   mean and the max over the row's candidates (a choice is relative).

@@ -7,7 +7,8 @@ the state's list of objects whose length is closest to the plan's (`requests`, `
 is set against item i, as an agent would have taken it. Its **scope** is the object holding that
 list (`instance`), or the state when there is none.
 
-Each step is encoded as a one-candidate row by `candidate_features`: the scope with the item list
+Each step is encoded as a one-candidate row by `row.candidate_features` (passed in: the row
+reads the plan, not the plan the row): the scope with the item list
 replaced by item i, so the step's own fields (`routes.*.ms`, the line of cells `busy.*` read at
 its slot, the numbers of its id) meet the item's (`latency_budget_ms`, `release`, `dur`), with the
 differences of the item's own numbers as extra ones (`deadline-dur`: the latest start). Per step
@@ -23,20 +24,25 @@ rules from that family's worlds, and a world without a plan has none of these fe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from worker.models.features import Features, candidate_features, leaves, names_of
+from worker.features.context import leaves
+from worker.features.ids import names_of
+from worker.features.kinds import KINDS, Features, name, start
 
 MAX_STEPS = 16  # steps of a plan that are encoded (the rest only count in PLEN)
 MAX_ITEM_NUMBERS = 8  # numbers of an item whose pairwise differences are added
-# What a one-candidate row says about its step; ranks among candidates, positions and context
-# copies say nothing there.
-STEP_KINDS = ("A:", "D:", "GE:", "IN:", "COV:", "EQ:", "NAME_IN:", "AT:", "RUN:", "N:", "LEN:",
-              "P:")  # fmt: skip
-FLAGS = ("EQ:", "NAME_IN:", "AT:", "P:")  # present only when true: counted, not ranged
+# What a one-candidate row says about its step (the table's `step` kinds); ranks among
+# candidates, positions and context copies say nothing there.
+STEP_KINDS = tuple(start(k.prefix) for k in KINDS if k.step)
+FLAGS = tuple(start(k.prefix) for k in KINDS if k.step and k.value == "flag")  # counted
+ALIGNED = start("A")
+
+Encoder = Callable[[Any, list[str]], list[Features]]
 
 
-def plan_features(state: Any) -> Features:
+def plan_features(state: Any, candidate_features: Encoder) -> Features:
     """The row's plan features (empty when the state holds no plan)."""
     found = _plan(state)
     if found is None:
@@ -45,7 +51,7 @@ def plan_features(state: Any) -> Features:
     items = scope[items_key] if items_key is not None else None
     out: Features = {}
     if items is not None:
-        out["PLEN"] = float(len(steps) - len(items))
+        out[name("PLEN")] = float(len(steps) - len(items))
     values: dict[str, list[float]] = {}
     encoded = steps[:MAX_STEPS]
     step_names = [names_of(action) for action in encoded]
@@ -56,24 +62,24 @@ def plan_features(state: Any) -> Features:
                 continue
             step_state[items_key] = _with_differences(items[i])
         (features,) = candidate_features(_without_others(step_state, own), [action])
-        for name, value in features.items():
-            if name.startswith(STEP_KINDS):
-                values.setdefault(name, []).append(value)
-    for name, seen in values.items():
-        if name.startswith(FLAGS):
-            out[f"PALL:{name}"] = len(seen) / len(encoded)
+        for feature, value in features.items():
+            if feature.startswith(STEP_KINDS):
+                values.setdefault(feature, []).append(value)
+    for feature, seen in values.items():
+        if feature.startswith(FLAGS):
+            out[name("PALL", feature)] = len(seen) / len(encoded)
         else:
-            out[f"PMIN:{name}"] = min(seen)
-            out[f"PMAX:{name}"] = max(seen)
+            out[name("PMIN", feature)] = min(seen)
+            out[name("PMAX", feature)] = max(seen)
     names: set[str] = set().union(*step_names)
-    totals = {n[2:]: sum(v) for n, v in values.items() if n.startswith("A:")}
+    totals = {n[len(ALIGNED) :]: sum(v) for n, v in values.items() if n.startswith(ALIGNED)}
     outside = _without_others({k: v for k, v in scope.items() if k != items_key}, names)
     for path, number in leaves(outside):
         if isinstance(number, float) and not names & set(path.lower().split(".")):
             for field, total in totals.items():
-                out[f"PD:PSUM:{field}|{path}"] = total - number
+                out[name("PD", name("PSUM", field), path)] = total - number
     for field, total in totals.items():
-        out[f"PSUM:{field}"] = total
+        out[name("PSUM", field)] = total
     out.update(_tallies(scope, step_names, names))
     return out
 
@@ -97,13 +103,14 @@ def _tallies(scope: dict[str, Any], step_names: list[set[str]], names: set[str])
             listed = _numbers(obj)
             numbers = {**dict(listed), **_differences(listed[:MAX_ITEM_NUMBERS])}
             for t, count in tally.items():
-                values.setdefault(f"TALLY:{t}", []).append(count)
+                counted = name("TALLY", t)
+                values.setdefault(counted, []).append(count)
                 for field, number in numbers.items():
-                    values.setdefault(f"D:TALLY:{t}|{field}", []).append(count - number)
-                    values.setdefault(f"S:TALLY:{t}|{field}", []).append(count + number)
-        for name, seen in values.items():
-            out[f"OMIN:{path}.*:{name}"] = min(seen)
-            out[f"OMAX:{path}.*:{name}"] = max(seen)
+                    values.setdefault(name("D", counted, field), []).append(count - number)
+                    values.setdefault(name("S", counted, field), []).append(count + number)
+        for feature, seen in values.items():
+            out[name("OMIN", path, feature)] = min(seen)
+            out[name("OMAX", path, feature)] = max(seen)
     return out
 
 
