@@ -2,8 +2,8 @@
 communities score them.
 
     .venv/bin/python bench/external.py [--sets routellm,bfcl,jobshop] [--seeds 0,1,2]
-        [--methods baselines,gbdt,trm,trm-1step] [--data NAME=PATH ...] [--work DIR] [--keep]
-        [--json FILE]
+        [--methods baselines,gbdt,trm,trm-1step] [--data NAME=PATH ...] [--train-rows N]
+        [--work DIR] [--keep] [--json FILE]
 
 Each data set is a bench registered in `worker.external.BENCHES`; this script runs the ones asked
 for (default: every registered one whose data is found, saying which were skipped and why), then
@@ -95,6 +95,10 @@ def main() -> int:
     parser.add_argument("--methods", default=DEFAULT_METHODS,
                         help=f"baselines and any of {', '.join(LEARNED)}")  # fmt: skip
     parser.add_argument("--data", action="append", default=[], metavar="NAME=PATH")
+    parser.add_argument(
+        "--train-rows", type=int,
+        help="cap on the learned methods' train rows, for the benches that sample them (0: all)",
+    )  # fmt: skip
     parser.add_argument("--work", type=Path, help="where corpora and models go (default: temp)")
     parser.add_argument("--keep", action="store_true", help="keep --work's contents afterwards")
     parser.add_argument("--json", type=Path, help="also write the rows and targets as JSON")
@@ -118,6 +122,8 @@ def main() -> int:
     try:
         for name in asked:
             bench = BENCHES[name]
+            if args.train_rows is not None and hasattr(bench, "train_rows"):
+                bench.train_rows = args.train_rows or None
             (work / name).mkdir(parents=True, exist_ok=True)
             try:
                 found = bench.run(work / name, paths.get(name), methods, seeds, log)
