@@ -6,6 +6,9 @@
 - `play`: oracle play with labelled bad steps; `writers`: the three log formats;
   `generate`: families x worlds x episodes -> files; `benchdata`: the shipped benches' data.
 - `rollout`: run any policy `(state, tools) -> action` and measure success, failure, recovery.
+
+How a state is read by the controllers, and how to shape your own logs' states to be read well:
+docs/state-rules.md.
 """
 
 from worker.envs.base import Assessment, Observation, World

@@ -227,3 +227,19 @@ def explain(feature: str) -> str:
         nested = holder == NESTED or (holder == "a" and ":" in value and parse(value))
         words[holder] = f"({explain(value)})" if nested else f"`{value}`"
     return kind.meaning.format(**words)
+
+
+def table() -> str:
+    """The kinds as a markdown table (docs/state-rules.md holds this very text)."""
+    lines = [
+        "| kind | form | meaning | example | value | scope | read by |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for k in KINDS:
+        meaning = k.meaning.format(**{h: f"<{h}>" for h in k.placeholders})
+        lines.append(
+            f"| `{k.prefix}` | `{k.form}` | {meaning.replace('|', '&#124;')} | `{k.example}` | "
+            f"{k.value} | {k.scope}{' (and per plan step)' if k.step else ''} | "
+            f"`{k.reading}.py` |"
+        )
+    return "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ MAX_WORDS = 2048  # words of the context's texts (`W:`), the most frequent
 # /5: text read as words and matched with the candidates', grids read around their anchors,
 # lists of strings in order
 FORMAT = "trm-features/5"
+_UNSAFE = re.compile(r"[^0-9A-Za-z_]+")
 WORDS = (kinds.start("W"), kinds.name("X", kinds.start("W"), ""))
 
 
@@ -95,6 +97,13 @@ class FeatureSpace:
             spread = math.sqrt(max(ss / k - mu * mu, 0.0))
             scale.append(spread if spread > 1e-6 else 1.0)  # one value: rounding, not spread
         return cls(names, mean, scale)
+
+    @property
+    def columns(self) -> list[str]:
+        """A safe, unique column name per feature, in order, for LightGBM (which refuses JSON's
+        special characters): `f0012_D_A_routes_cost_budget`. The names themselves stay in
+        features.json; `self.names[i]` is column i's."""
+        return [f"f{i:04d}_{_UNSAFE.sub('_', n)[:80]}" for i, n in enumerate(self.names)]
 
     @property
     def index(self) -> dict[str, int]:

@@ -19,12 +19,14 @@ from pydantic import ValidationError
 from core.rundir import TRAIN_ROWS, VAL_ROWS
 from core.schemas.train import GbdtTrainerConfig
 from worker.context import StageFailure
+from worker.features import explain
 from worker.models import gbdt
 from worker.models.feature_space import FeatureSpace
 from worker.models.rows import read_rows
 from worker.train.callbacks import TrainerCallbacks
 
 REPORT_EVERY = 10  # rounds between progress reports
+TOP_FEATURES = 20  # features listed in the trainer's result, by gain
 
 
 def labels(rows: list[dict[str, Any]]) -> np.ndarray:
@@ -63,7 +65,9 @@ def fit(
         "num_threads": 1,
         "verbosity": -1,
     }
-    train_set = lightgbm.Dataset(x, labels(rows), group=groups, free_raw_data=True)
+    train_set = lightgbm.Dataset(
+        x, labels(rows), group=groups, feature_name=space.columns, free_raw_data=True
+    )
     hooks: list[Any] = []
     valid: list[Any] = []
     if val:
@@ -82,8 +86,21 @@ def fit(
     return (
         booster,
         space,
-        {"rounds": best, "stopped_by": stopped["by"], "features": len(space.names)},
-    )
+        {"rounds": best, "stopped_by": stopped["by"], "features": len(space.names),
+         "top_features": top_features(booster, space)},
+    )  # fmt: skip
+
+
+def top_features(booster: Any, space: FeatureSpace, k: int = TOP_FEATURES) -> list[dict[str, Any]]:
+    """The model's `k` features of most gain, each by its name and in words (`explain`)."""
+    gains = booster.feature_importance(importance_type="gain")
+    order = sorted(range(len(gains)), key=lambda i: (-gains[i], i))
+    return [
+        {"feature": space.names[i], "gain": round(float(gains[i]), 3),
+         "meaning": explain(space.names[i])}
+        for i in order[:k]
+        if gains[i] > 0
+    ]  # fmt: skip
 
 
 def _reporter(callbacks: TrainerCallbacks, total: int, stopped: dict[str, Any]) -> Any:
@@ -133,6 +150,7 @@ def train(
         "tokens_trained": 0,
         "stopped_by": info["stopped_by"],
         "features": info["features"],
+        "top_features": info["top_features"],
         "artifacts": [str(p) for p in artifacts],
         "device": "cpu",
         "train_seconds": round(time.perf_counter() - started, 3),
