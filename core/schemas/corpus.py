@@ -7,7 +7,9 @@ API process imports it).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import importlib.util
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -209,9 +211,10 @@ class BfclSource(StrictModel):
 
 
 Source = Annotated[
-    TrmPlayRootSource | JsonlSource | RouterJsonlSource | RouteLlmSource | JobShopSource,
+    TrmPlayRootSource | JsonlSource | RouterJsonlSource | RouteLlmSource | JobShopSource
+    | BfclSource,
     Field(discriminator="type"),
-]
+]  # fmt: skip
 
 
 class SplitSpec(StrictModel):

@@ -51,6 +51,7 @@ from typing import Any, BinaryIO
 
 from core.paths import files_inside
 from core.schemas.corpus import (
+    BfclSource,
     CorpusSpec,
     JobShopSource,
     JsonlSource,
@@ -58,7 +59,7 @@ from core.schemas.corpus import (
     Source,
     TrmPlayRootSource,
 )
-from worker.corpus import routellm
+from worker.corpus import bfcl, routellm
 from worker.corpus.errors import CorpusInputError
 from worker.corpus.rows import Invalid, Row, Tally, classify, family_of
 
@@ -91,6 +92,8 @@ def discover(spec: CorpusSpec) -> list[tuple[list[Path], list[str]]]:
         skipped: list[str] = []
         if isinstance(source, routellm.RouteLlmSource):
             files = routellm.files_of(source, field)
+        elif isinstance(source, BfclSource):
+            files = bfcl.files_of(source, field)
         elif isinstance(source, TrmPlayRootSource):
             if not root.is_dir():
                 raise CorpusInputError(field, f"{root} is not a folder (trm_play_root wants one)")
@@ -125,6 +128,8 @@ def read_source(source: Source, files: list[Path], tally: Tally, progress: Progr
         return jobshop_rows(source, files, tally, progress)
     if isinstance(source, routellm.RouteLlmSource):
         return routellm.read_rows(source, files, tally, progress)
+    if isinstance(source, BfclSource):
+        return bfcl.read_rows(source, files, tally, progress)
     root = Path(source.path)
     lines = _lines(root, files, tally, progress)
     if isinstance(source, TrmPlayRootSource):

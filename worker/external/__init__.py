@@ -8,12 +8,14 @@ from the network.
 
 from __future__ import annotations
 
+from worker.external.bfcl import BENCH as BFCL
 from worker.external.common import BenchRow, ExternalBench
 from worker.external.jobshop import BENCH as JOBSHOP
 from worker.external.routellm import BENCH as ROUTELLM
 
 # name -> the data set's bench; each module adds itself here.
 BENCHES: dict[str, ExternalBench] = {}
+BENCHES[BFCL.name] = BFCL
 BENCHES[JOBSHOP.name] = JOBSHOP
 BENCHES[ROUTELLM.name] = ROUTELLM
 
