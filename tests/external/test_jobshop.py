@@ -98,7 +98,7 @@ def test_the_state_aligns_each_candidate_with_its_own_job() -> None:
     assert set(state["jobs"]) == {job_id(0), job_id(1)}
     assert state["jobs"]["j0"] == {"dur": 3, "delay": 0, "end": 3, "ready": 0, "work_left": 5,
                                    "ops_left": 2, "after": 2, "finish": 5, "next_dur": 2,
-                                   "next_wait": 0}  # fmt: skip
+                                   "next_wait": 0, "next_load": 6}  # fmt: skip
     assert state["bound"] == 6 and state["window"] == 2
 
 

@@ -2,11 +2,12 @@
 instances, rolled out on the published benchmarks, scored by the makespan's gap.
 
 - **Training**: a `jobshop` corpus source (worker/external/jobshop_source.py) generates
-  `train_count` Taillard-style instances (sizes from `train_jobs` x `train_machines`) under
-  `<work>/jobshop-instances` (or reads the instance files of the `data` path given), has CP-SAT
-  solve each within `solve_seconds`, and replays each schedule as dispatching decisions; the
-  corpus is split by instance (env), a fifth of them for validation. gbdt, trm and trm-1step are
-  trained on it by `train_policy`, one model per seed.
+  `train_count` Taillard-style instances (sizes from `train_jobs` x `train_machines`) in a
+  folder of `<work>` named after those knobs (or reads the instance files of the `data` path
+  given), has CP-SAT solve each within `solve_seconds` (cached beside them: a second run solves
+  nothing), and replays each schedule as dispatching decisions; the corpus is split by
+  instance (env), a fifth of them for validation. gbdt, trm and trm-1step are trained on it
+  afresh by `train_policy`, one model per seed.
 - **Anchors**: `taillard-15x15` (ta01-ta10), `taillard-20x20` (ta21-ta30), and any other set
   of `ANCHORS` asked for; never trained on (another size, another generator).
 - **Rollout**: every operation dispatched by the controller under the scheme the corpus was
@@ -91,7 +92,7 @@ class JobShopBench:
 
     name: str = "jobshop"
     anchors: tuple[str, ...] = DEFAULT_ANCHORS
-    train_count: int = 60
+    train_count: int = 150
     train_jobs: tuple[int, int] = (6, 15)
     train_machines: tuple[int, int] = (5, 15)
     train_seed: int = 0
@@ -113,7 +114,12 @@ class JobShopBench:
         if data is not None:
             source["path"] = str(data)
         else:
-            source["path"] = str(work / "jobshop-instances")
+            # One folder per generation: the source reads every instance file of its folder.
+            (j0, j1), (m0, m1) = self.train_jobs, self.train_machines
+            sizes = f"{j0}-{j1}x{m0}-{m1}"
+            source["path"] = str(
+                work / f"jobshop-instances-{self.train_seed}-{self.train_count}-{sizes}"
+            )
             source["generate"] = {
                 "count": self.train_count,
                 "jobs": list(self.train_jobs),
@@ -124,7 +130,7 @@ class JobShopBench:
             "sources": [source], "split": {"by": "env", "seed": 0, "val_fraction": 0.2},
             "min_exact_positives": 0,
         })  # fmt: skip
-        out = work / f"jobshop-corpus-{self.scheme}"
+        out = work / f"jobshop-corpus-{Path(source['path']).name}-{self.scheme}"
         started = time.perf_counter()
         result = build_corpus(spec, out)
         counts = result.counters

@@ -18,8 +18,9 @@ schedule and on a larger instance:
   finish - t), `ready` (when the job got free - t: how long it waited when negative),
   `work_left` / `ops_left` (the job's work and operations left, this one included),
   `after` (the work left after this one), `finish` (earliest start + work left - t: the job's
-  own bound on the makespan), `next_dur` and `next_wait` (the job's next operation and how
-  long it would wait for its machine after this one ends; 0 when this is the last).
+  own bound on the makespan), `next_dur`, `next_wait` and `next_load` (the job's next
+  operation, how long it would wait for its machine after this one ends, and that machine's
+  work left: is the job headed for a bottleneck; 0 when this is the last).
 - `machine`: the step's machine, `load` (its work left) and `idle` (t - when it got free).
 - `bound` (the makespan's lower bound now: of every job, its ready time + work left, and of
   every machine, its free time + work left; - t), `window` (the first finish - t), `progress`
@@ -140,6 +141,7 @@ class Shop:
                 "finish": est[j] + self.work_left[j] - t,
                 "next_dur": following.duration if following else 0,
                 "next_wait": max(0, self.free[following.machine] - end) if following else 0,
+                "next_load": self.load[following.machine] if following else 0,
             }
         bound = max(
             max(r + w for r, w in zip(self.ready, self.work_left, strict=True)),
