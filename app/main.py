@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import __version__
 from app.deps import AppState, require_token
 from app.errors import install_handlers
+from app.guard import BrowserGuard
 from app.intake import Intake
 from app.live import LiveHub
 from app.routes import artifacts, benches, dashboard, events, health, runs, uploads, workers
@@ -178,5 +179,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def docs() -> HTMLResponse:
         return get_swagger_ui_html(openapi_url="/openapi.json", title=app.title)
 
+    app.add_middleware(
+        BrowserGuard, bind=settings.api_host, allowed_hosts=settings.allowed_hosts.split(",")
+    )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app

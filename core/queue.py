@@ -1,7 +1,8 @@
 """Putting runs on the arq queues (SPEC §11). The same script serves the API, the reconciler and
 the hill-climb launcher.
 
-A job is what arq's `enqueue_job` writes (the pickled job under `arq:job:<id>`, its id scored by
+A job is what arq's `enqueue_job` writes (the job under `arq:job:<id>`, as JSON: arq's default
+is a pickle, which would make write access to Redis code execution on every worker; its id scored by
 enqueue time in the queue's sorted set), but written by one Lua script: one round trip instead of
 arq's WATCH / EXISTS / MULTI / EXEC, and callable from a plain thread (the API's `POST /runs`
 records and queues a run in one trip to the threadpool). Like `enqueue_job`, it refuses a job id
@@ -17,6 +18,7 @@ moved on (finished, or on a later attempt) off the queue, so its depth counts no
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -66,6 +68,22 @@ return gone
 """
 
 
+def job_serializer(obj: Any) -> bytes:
+    """arq's jobs and results as JSON (a run id and an attempt: nothing else crosses)."""
+    return json.dumps(obj, separators=(",", ":"), default=str).encode()
+
+
+def job_deserializer(data: bytes) -> Any:
+    """JSON only: a pickle planted in Redis fails here as data, it never runs."""
+    return json.loads(data)
+
+
+SERIALIZERS: dict[str, Any] = {
+    "job_serializer": job_serializer,
+    "job_deserializer": job_deserializer,
+}
+
+
 def arq_redis_settings(settings: Settings) -> RedisSettings:
     rs = RedisSettings.from_dsn(redis_url(settings))
     rs.conn_timeout = 2
@@ -74,7 +92,7 @@ def arq_redis_settings(settings: Settings) -> RedisSettings:
 
 
 async def create_arq_pool(settings: Settings) -> ArqRedis:
-    return await create_pool(arq_redis_settings(settings))
+    return await create_pool(arq_redis_settings(settings), **SERIALIZERS)
 
 
 def job_id(settings: Settings, run_id: str, attempt: int) -> str:
@@ -86,7 +104,9 @@ def _job(settings: Settings, run_id: str, attempt: int, queue: str) -> tuple[lis
     """The script's keys and arguments for this attempt's job."""
     jid = job_id(settings, run_id, attempt)
     now_ms = int(time.time() * 1000)
-    payload = serialize_job(JOB_FUNCTION, (run_id, attempt), {}, None, now_ms)
+    payload = serialize_job(
+        JOB_FUNCTION, (run_id, attempt), {}, None, now_ms, serializer=job_serializer
+    )
     keys = [job_key_prefix + jid, result_key_prefix + jid, settings.queue_name(queue)]
     return keys, [expires_extra_ms, payload, now_ms, jid, settings.wake_channel(queue)]
 

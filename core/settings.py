@@ -82,6 +82,10 @@ class Settings(BaseSettings):
     otel: bool = False
 
     api_host: str = "127.0.0.1"
+    # Names clients reach the API by beyond the loopback ones (Host checked when bound to
+    # loopback, or whenever this is set; Origins of state-changing requests): app/guard.py.
+    # Comma-separated: `TRM_ALLOWED_HOSTS=trm-box,trm-box.lan`.
+    allowed_hosts: str = Field(default="", max_length=4096)
     api_port: int = 8000
     worker_id: str | None = Field(default=None, description="defaults to host:pid")
     # A worker's CPU priority (nice 0-19; its stage children inherit it). Where workers share

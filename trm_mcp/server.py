@@ -161,10 +161,14 @@ def mounted(api_app: ASGIApp) -> StreamableHttp:
 
     def api_for(request: Any) -> Api:
         header = request.headers.get("authorization") if request is not None else None
+        headers = {"Authorization": header} if header else {}
+        # The caller's Host, which the API's own guard already let through to /mcp.
+        if request is not None and request.headers.get("host"):
+            headers["Host"] = request.headers["host"]
         client = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=api_app),
             base_url="http://trm-api",
-            headers={"Authorization": header} if header else {},
+            headers=headers,
             timeout=30,
         )
         return Api(client)

@@ -14,13 +14,14 @@ from typing import Any
 from core.models import TERMINAL_STATUSES
 from core.schemas.bench import BenchSpec
 from core.schemas.specs import RUN_SPEC
-from trm_mcp.api import Api
+from trm_mcp.api import Api, ApiFailure
 
 # Hermes gives each tool call 300 s; an answer after that is lost, so waits stop well before.
 WAIT_CAP_S = 280
 WAIT_DEFAULT_S = 240
 POLL_S = 2.0
-ARTIFACT_CAP = 64 * 1024
+ARTIFACT_CAP = 64 * 1024  # the most one read_artifact call returns
+ARTIFACT_PAGE = 8 * 1024  # its default: an agent's context is the budget; it pages with offset
 RUN_FIELDS = (
     "id", "kind", "status", "name", "dry_run", "phase", "percent", "best_anchor", "attempt",
     "failure_class", "failure_reason", "cancel_requested", "created_at", "finished_at",
@@ -189,16 +190,39 @@ async def list_benches(api: Api, args: dict[str, Any]) -> Any:
 
 
 async def read_artifact(api: Api, args: dict[str, Any]) -> Any:
+    """One page of a run's file, asked of the API as a byte range: neither the API nor this
+    server holds more of the file than the page, however large it is."""
     run_id, path = args["run_id"], args.get("path")
     if not path:
         return await api.json("GET", f"/runs/{run_id}/artifacts")
-    cap = min(int(args.get("max_bytes") or ARTIFACT_CAP), ARTIFACT_CAP)
-    response = await api.call("GET", f"/runs/{run_id}/artifacts/{path}")
-    data = response.content
-    text = data[:cap].decode("utf-8", errors="replace")
-    if len(data) > cap:
-        return f"{text}\n[truncated: showing {cap} of {len(data)} bytes]"
-    return text
+    size = min(int(args.get("max_bytes") or ARTIFACT_PAGE), ARTIFACT_CAP)
+    offset = max(0, int(args.get("offset") or 0))
+    try:
+        response = await api.call(
+            "GET", f"/runs/{run_id}/artifacts/{path}",
+            headers={"Range": f"bytes={offset}-{offset + size - 1}"},
+        )  # fmt: skip
+    except ApiFailure as failure:
+        if failure.status != 416:
+            raise
+        return f"[offset {offset} is past the end of {path}: read from offset 0]"
+    total = _total_bytes(response.headers.get("content-range"), len(response.content))
+    data = response.content[:size]
+    text = data.decode("utf-8", errors="replace")
+    end = offset + len(data)
+    if offset == 0 and end >= total:
+        return text
+    more = f"; next: offset={end}" if end < total else ""
+    return f"{text}\n[truncated: showing bytes {offset}-{end} of {total}{more}]"
+
+
+def _total_bytes(content_range: str | None, fallback: int) -> int:
+    """The file's size from `Content-Range: bytes a-b/total` (or `bytes */total` on a 416)."""
+    if content_range and "/" in content_range:
+        total = content_range.rsplit("/", 1)[1].strip()
+        if total.isdigit():
+            return int(total)
+    return fallback
 
 
 async def get_ledger(api: Api, args: dict[str, Any]) -> Any:
@@ -227,9 +251,13 @@ def tools() -> list[Tool]:
         Tool("list_benches", "The bench menu: names, what each measures, defaults.", obj({}),
              list_benches),
         Tool("read_artifact", "A run's file (scorecard.json, summary.json, <stage>/manifest.json, "
-             f"...), at most {ARTIFACT_CAP // 1024} KiB; without path, the list of files.",
+             f"...), {ARTIFACT_PAGE // 1024} KiB a page by default (max_bytes, at most "
+             f"{ARTIFACT_CAP // 1024} KiB); a longer file ends with `[truncated: ... next: "
+             "offset=N]`: call again with that offset for more. Without path, the list of files.",
              obj({"run_id": RUN_ID, "path": {"type": "string"},
-                  "max_bytes": {"type": "integer", "minimum": 1, "maximum": ARTIFACT_CAP}},
+                  "max_bytes": {"type": "integer", "minimum": 1, "maximum": ARTIFACT_CAP,
+                                "default": ARTIFACT_PAGE},
+                  "offset": {"type": "integer", "minimum": 0, "default": 0}},
                  ("run_id",)), read_artifact),
         Tool("get_ledger", "A hill-climb run's ledger: every candidate tried and its score.",
              run_only, get_ledger),

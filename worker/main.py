@@ -17,7 +17,13 @@ from arq import Worker
 from core.db import check_migrated, get_engine, session_scope
 from core.events import Publisher
 from core.models import WorkerRecord, utcnow
-from core.queue import arq_redis_settings, create_arq_pool
+from core.queue import (
+    SERIALIZERS,
+    arq_redis_settings,
+    create_arq_pool,
+    job_deserializer,
+    job_serializer,
+)
 from core.redisconn import async_redis, sync_redis
 from core.settings import Settings, get_settings
 from worker.gpuinfo import detect_gpu
@@ -178,6 +184,8 @@ class WorkerSettings:
     max_tries = 1
     keep_result = 0  # the database holds results; a stored one would block re-enqueueing
     job_timeout = get_settings().job_timeout_s
+    job_serializer = staticmethod(job_serializer)
+    job_deserializer = staticmethod(job_deserializer)
     poll_delay = 0.005  # this path has no wake-ups (`trm worker` has): poll often to start fast
 
 
@@ -193,6 +201,7 @@ async def serve(settings: Settings, queues: list[str]) -> None:
         "job_timeout": settings.job_timeout_s,
         "handle_signals": False,
         "ctx": ctx,
+        **SERIALIZERS,
     }
     wakeable: dict[str, WakeableWorker] = {}
     workers: list[Worker] = []

@@ -76,10 +76,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if _refuse_unmigrated():
         return 2
     settings = get_settings()
+    host = args.host or settings.api_host
+    # The app checks Host names by the address it is bound to (app/guard.py); its processes
+    # read it from the environment.
+    os.environ["TRM_API_HOST"] = host
+    get_settings.cache_clear()
     uvicorn.run(
         "app.main:create_app",
         factory=True,
-        host=args.host or settings.api_host,
+        host=host,
         port=args.port or settings.api_port,
         workers=args.workers,
         log_level="warning",

@@ -187,9 +187,28 @@ def test_http_mount_and_standalone_serve_the_same_tools_behind_the_token(
             assert again["run"]["id"] == started["run"]["id"]
             done = await finish(session, started["run"]["id"])
             assert done["run"]["status"] == "completed", done
-            summary = await call(session, "read_artifact", run_id=started["run"]["id"],
+            run_id = started["run"]["id"]
+            summary = await call(session, "read_artifact", run_id=run_id,
                                  path="summary.json", max_bytes=40)  # fmt: skip
-            assert "[truncated: showing 40 of" in summary
+            assert "[truncated: showing bytes 0-40 of" in summary and "offset=40" in summary
+            # Paging with the offset it names gives the whole file back, byte for byte.
+            whole = guarded.http.get(f"/runs/{run_id}/artifacts/summary.json").text
+            pages, offset = [], 0
+            while True:
+                page = await call(session, "read_artifact", run_id=run_id,
+                                  path="summary.json", max_bytes=64, offset=offset)  # fmt: skip
+                if not isinstance(page, str) or "[truncated" not in page:
+                    pages.append(page if isinstance(page, str) else json.dumps(page))
+                    break
+                text, _, note = page.rpartition("\n[truncated: showing bytes ")
+                pages.append(text)
+                if "next: offset=" not in note:
+                    break
+                offset = int(note.split("next: offset=")[1].rstrip("]"))
+            assert "".join(pages) == whole
+            past = await call(session, "read_artifact", run_id=run_id, path="summary.json",
+                              offset=len(whole.encode()) + 10)  # fmt: skip
+            assert "past the end" in past
             text = await error_of(session, "get_run", run_id="no-such-run")
             assert json.loads(text)["status"] == 404
         # The standalone server forwards the caller's Authorization header to the API.

@@ -26,6 +26,9 @@ def settings(shared_service: Service) -> Settings:
     return shared_service.settings
 
 
+JSON = {"Content-Type": "application/json"}
+
+
 def assert_error(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
     assert response.status_code == status, (response.status_code, response.text[:300])
     error = response.json()["error"]
@@ -98,25 +101,27 @@ def test_spec_paths_cannot_leave_the_data_dir(service: Service, settings: Settin
 
 def test_bodies_over_1_mib_get_413(service: Service) -> None:
     big = b'{"kind": "selftest", "name": "' + b"x" * (1024 * 1024) + b'"}'
-    assert_error(service.http.post("/runs", content=big), 413, "payload_too_large")
+    assert_error(service.http.post("/runs", content=big, headers=JSON), 413, "payload_too_large")
 
     def chunks():  # no Content-Length: the limit holds on the bytes actually sent
         for _ in range(20):
             yield b"x" * 65536
 
-    assert_error(service.http.post("/runs", content=chunks()), 413, "payload_too_large")
+    assert_error(
+        service.http.post("/runs", content=chunks(), headers=JSON), 413, "payload_too_large"
+    )
 
 
 def test_deeply_nested_json_is_refused_not_crashed(service: Service) -> None:
     deep = "[" * 200_000 + "]" * 200_000
-    assert_error(service.http.post("/runs", content=deep), 400, "bad_json")
+    assert_error(service.http.post("/runs", content=deep, headers=JSON), 400, "bad_json")
     nested: dict[str, Any] = {}
     node = nested
     for _ in range(5000):
         node["a"] = {}
         node = node["a"]
     body = '{"kind": "selftest", "name": ' + '{"a": ' * 5000 + "1" + "}" * 5000 + "}"
-    response = service.http.post("/runs", content=body)
+    response = service.http.post("/runs", content=body, headers=JSON)
     assert response.status_code in (400, 422), response.status_code
     assert_error(response, response.status_code)
     assert service.http.get("/healthz").status_code == 200
@@ -127,7 +132,9 @@ def test_nan_and_infinities_are_refused(service: Service) -> None:
         for field in ("step_seconds", "budget"):
             value = literal if field == "step_seconds" else '{"max_seconds": ' + literal + "}"
             body = '{"kind": "selftest", "steps": 3, "' + field + '": ' + value + "}"
-            error = assert_error(service.http.post("/runs", content=body), 422, "validation_error")
+            error = assert_error(
+                service.http.post("/runs", content=body, headers=JSON), 422, "validation_error"
+            )
             assert error["details"][0]["field"].startswith(field), (literal, error)
 
 
@@ -169,3 +176,31 @@ def test_a_kind_that_is_not_a_string_is_a_422(service: Service) -> None:
     for kind in ({}, [], ["train"], {"a": 1}, 3, None):
         error = assert_error(service.http.post("/runs", json={"kind": kind}), 422)
         assert error["details"][0]["field"] == "kind"
+
+
+def test_a_web_page_cannot_submit_cancel_or_rebind_a_token_less_api(service: Service) -> None:
+    """What a page in the operator's browser could send: a cross-site simple POST (text/plain,
+    a form), a JSON POST with its own Origin, a cancel with no body, and any request under a
+    name it rebound to 127.0.0.1. None creates, cancels or reads anything."""
+    before = service.http.get("/runs").json()["runs"]
+    spec = '{"kind": "selftest", "steps": 1, "step_seconds": 0}'
+    for kind in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data"):
+        error = assert_error(
+            service.http.post("/runs", content=spec, headers={"Content-Type": kind}), 415,
+            "unsupported_media_type",
+        )  # fmt: skip
+        assert "application/json" in error["message"]
+    page = {"Origin": "http://evil.example", **JSON}
+    assert_error(service.http.post("/runs", content=spec, headers=page), 403, "forbidden_origin")
+    assert service.http.get("/runs").json()["runs"] == before
+    run = service.http.post("/runs", content=spec, headers=JSON).json()
+    cancel = service.http.post(f"/runs/{run['id']}/cancel", headers={"Origin": "null"})
+    assert_error(cancel, 403, "forbidden_origin")
+    assert service.http.get(f"/runs/{run['id']}").json()["status"] != "cancelled"
+    for path in ("/runs", f"/runs/{run['id']}", "/benches", "/mcp"):
+        rebound = service.http.get(path, headers={"Host": "evil.example"})
+        assert_error(rebound, 421, "misdirected_request")
+    # The dashboard (same origin) and plain clients (no Origin) are served as before.
+    own = {"Origin": str(service.http.base_url).rstrip("/"), **JSON}
+    assert service.http.post("/runs", content=spec, headers=own).status_code == 202
+    assert service.http.get("/runs", headers={"Host": "localhost:1"}).status_code == 200

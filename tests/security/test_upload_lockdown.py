@@ -142,7 +142,7 @@ def test_the_lease_holder_cannot_replace_the_services_own_files(
 def raw_put(port: int, target: str, credential: UploadPass) -> tuple[int, dict[str, Any]]:
     """PUT an empty body to `target` as written; (status, JSON body)."""
     head = (
-        f"PUT {target} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n"
+        f"PUT {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n"
         f"X-Content-SHA256: {sha(b'')}\r\nX-Upload-Key: {credential.key}\r\n"
         f"X-Lease-Token: {credential.lease_token}\r\n\r\n"
     )
@@ -222,7 +222,7 @@ def test_an_upload_over_the_size_bound_is_refused_before_its_body_is_read(
         credential = claim(migrated, run_id, "loop")
         declared = 10 * 1024**3  # announced, never sent: the answer must not wait for it
         head = (
-            f"PUT /runs/{run_id}/artifacts/loop/big.bin HTTP/1.1\r\nHost: x\r\n"
+            f"PUT /runs/{run_id}/artifacts/loop/big.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             f"Content-Length: {declared}\r\nX-Content-SHA256: {'0' * 64}\r\n"
             f"X-Upload-Key: {credential.key}\r\nX-Lease-Token: {credential.lease_token}\r\n\r\n"
         )
