@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with --http: a name clients reach this server by (repeatable). Requests whose "
         "Host or Origin is not a loopback name, the bind address or one of these are refused. "
         "Beyond loopback TRM_API_TOKEN must be set: every caller sends it as a bearer token. "
-        "Default: none (loopback names and the bind address only).",
+        "(default: none, so loopback names and the bind address only).",
     )  # fmt: skip
     p.set_defaults(func=cmd_mcp)
 
