@@ -1,15 +1,23 @@
 """Benchmark: controller quality on unseen worlds, against what a user would pick instead.
 
     .venv/bin/python bench/quality.py [--families route,grid,rebalance,schedule,verify]
-        [--seeds 0,1,2] [--gen-seed 4242] [--worlds 10] [--episodes 40] [--qlora] [--keep DIR]
-        [--compression full|keys|minimal]
+        [--seeds 0] [--gen-seeds N,N,...] [--draw 5] [--compressions full,keys,minimal]
+        [--worlds 10] [--episodes 40] [--qlora] [--keep DIR] [--json FILE]
 
-Per family: `trm envs generate` worlds at a generation seed no test uses, a corpus split by env
+A row is one (generation seed, state compression, family). The generation seeds are drawn fresh
+on each run (`--draw` of them, printed so a row can be rerun with `--gen-seeds`), never ones used
+while developing, and every row runs at each compression the ladder uses (`full`, `keys`,
+`minimal`). Every row is printed, then the mean over the rows per family; the targets are judged
+on the mean, and no row may leave the trm below majority.
+
+Per row: `trm envs generate` worlds at the generation seed, a corpus split by env
 (`namespace_normalization: auto`), the last two worlds as anchors (never trained on), two more
 as val (model selection). Per method and seed, trained on the same train rows and scored on the
 same anchor rows: `majority` (the most frequent action id), `gbdt` (the LightGBM reference),
 `trm-1step` (n = T = N_sup = 1, the ablation), `trm` (the spec's defaults: the paper's recursion),
-and with `--qlora` a SmolLM2 adapter on `route`. Anchor accuracy is the per-example mean over the
+`tfidf-lr` (a TF-IDF + logistic regression over the state's text in character n-grams, crossed
+with the candidate id: worker/evaluate/token_baseline.py), and with `--qlora` a SmolLM2 adapter
+on `route`. Anchor accuracy is the per-example mean over the
 seeds with its 95% interval; spread is max - min over seeds; rollouts in the anchor worlds give
 success and failure. The targets of the controller-quality issue are checked at the end.
 """
@@ -18,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import shutil
 import sys
 import tempfile
@@ -45,18 +54,21 @@ QLORA = json.loads((Path(__file__).resolve().parents[1] / "specs" / "train-route
                    .read_text())["qlora"]  # fmt: skip
 
 
-def corpus_for(root: Path, family: str, args: argparse.Namespace) -> Path:
-    play = root / f"play-{family}"
-    generate(play, families=[family], worlds=args.worlds, episodes=args.episodes,
-             seed=args.gen_seed)  # fmt: skip
+def corpus_for(
+    root: Path, family: str, gen_seed: int, compression: str, args: argparse.Namespace
+) -> Path:
+    play = root / f"play-{family}-{gen_seed}"
+    if not play.exists():
+        generate(play, families=[family], worlds=args.worlds, episodes=args.episodes,
+                 seed=gen_seed)  # fmt: skip
     worlds = sorted(p.name for p in (play / "worlds").iterdir())
     spec = {
         "sources": [{"type": "trm_play_root", "name": family, "path": str(play)}],
         "split": {"by": "env", "seed": 0, "anchor": worlds[-2:], "val_fraction": 0.25},
-        "knobs": {"namespace_normalization": "auto", "state_compression": args.compression},
+        "knobs": {"namespace_normalization": "auto", "state_compression": compression},
         "contract": "action_only",
     }
-    out = root / f"corpus-{family}"
+    out = root / f"corpus-{family}-{gen_seed}-{compression}"
     build_corpus(CorpusSpec.model_validate(spec), out)
     return out
 
@@ -69,6 +81,11 @@ def train_method(method: str, corpus: Path, out: Path, seed: int) -> tuple[Polic
         top = Counter(r["action"] for r in train).most_common(1)[0][0]
         policy: Policy = ConstantPolicy(top)
         return policy, time.perf_counter() - started
+    if method == "tfidf-lr":
+        from worker.evaluate.token_baseline import TokenLinearPolicy
+
+        fitted = TokenLinearPolicy(seed).fit(read_jsonl(corpus / "train.jsonl"))
+        return fitted, time.perf_counter() - started
     if method == "gbdt":
         from worker.train import gbdt
 
@@ -101,7 +118,7 @@ def measure(
     train = read_jsonl(corpus / "train.jsonl")[:500]
     per_example: list[list[float]] = [[] for _ in anchors]
     runs = []
-    for seed in seeds if method != "majority" else seeds[:1]:
+    for seed in seeds if method not in ("majority", "tfidf-lr") else seeds[:1]:
         policy, seconds = train_method(method, corpus, work / f"{method}-{seed}", seed)
         card, samples, _ = evaluate_policy(
             policy, train, anchors, split, spec, SampleCache(None), seed=seed, episodes=episodes
@@ -187,46 +204,115 @@ def checks(results: dict[str, dict[str, dict[str, Any]]]) -> list[tuple[str, boo
     return out
 
 
+Results = dict[str, dict[str, dict[str, Any]]]  # family -> method -> measured
+
+
+def mean_rows(rows: list[tuple[int, str, Results]]) -> Results:
+    """Per family and method, the mean over the rows (generation seed x compression) of each
+    figure, and the anchor score pooled over every row's examples (its interval counts them all)."""
+    out: Results = {}
+    for family in dict.fromkeys(f for _, _, r in rows for f in r):
+        methods = [r[family] for _, _, r in rows if family in r]
+        out[family] = {}
+        for method in methods[0]:
+            runs = [m[method] for m in methods if method in m]
+            pooled = [v for r in runs for v in r["per_example"]]
+            out[family][method] = {
+                "anchor": {**sc.score(pooled),
+                           "value": _mean([r["anchor"]["value"] for r in runs])},
+                "per_example": pooled,
+                "spread": max(r["spread"] for r in runs),
+                "failure": _mean([r["failure"] for r in runs]),
+                "success": _mean([r["success"] for r in runs]),
+                "seconds": _mean([r["seconds"] for r in runs]),
+            }  # fmt: skip
+    return out
+
+
+def below_majority(rows: list[tuple[int, str, Results]]) -> list[str]:
+    """The rows where the trm's anchor accuracy is under always-the-majority-move's."""
+    out = []
+    for gen_seed, compression, results in rows:
+        for family, m in results.items():
+            t, major = m["trm"]["anchor"]["value"], m["majority"]["anchor"]["value"]
+            if t < major:
+                out.append(f"{family} @ gen seed {gen_seed} / {compression}: {t:.3f} < {major:.3f}")
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", default=",".join(FAMILIES))
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--gen-seed", type=int, default=4242, help="no test uses it")
+    parser.add_argument("--seeds", default="0", help="training seeds per row (spread needs 2+)")
+    parser.add_argument("--gen-seeds", help="generation seeds (default: --draw fresh ones)")
+    parser.add_argument("--draw", type=int, default=5, help="fresh generation seeds to draw")
+    parser.add_argument("--compressions", default="full,keys,minimal",
+                        help="the corpus knob state_compression, one row each")  # fmt: skip
     parser.add_argument("--worlds", type=int, default=10)
     parser.add_argument("--episodes", type=int, default=40)
     parser.add_argument("--rollout-episodes", type=int, default=20)
-    parser.add_argument("--compression", choices=["full", "keys", "minimal"], default="full",
-                        help="the corpus knob state_compression")  # fmt: skip
     parser.add_argument("--qlora", action="store_true", help="also a SmolLM2 adapter on route")
     parser.add_argument("--keep", type=Path, help="keep the data and models here")
     parser.add_argument("--json", type=Path, help="also write the results as JSON")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
+    if args.gen_seeds:
+        gen_seeds = [int(s) for s in args.gen_seeds.split(",")]
+    else:  # fresh each run: a figure that holds only at a seed someone tuned on is found out
+        gen_seeds = random.SystemRandom().sample(range(10_000, 1_000_000), args.draw)
+    compressions = [c for c in args.compressions.split(",") if c]
+    bad = sorted(set(compressions) - {"full", "keys", "minimal"})
+    if bad:
+        parser.error(f"--compressions: {bad[0]!r} is not one of full, keys, minimal")
+    print(f"generation seeds: {','.join(map(str, gen_seeds))}; compressions: "
+          f"{','.join(compressions)}; training seeds: {args.seeds}", file=sys.stderr)  # fmt: skip
     root = args.keep or Path(tempfile.mkdtemp(prefix="trm-quality-"))
-    results: dict[str, dict[str, dict[str, Any]]] = {}
+    rows: list[tuple[int, str, Results]] = []
     try:
-        for family in args.families.split(","):
-            print(f"{family}:", file=sys.stderr)
-            corpus = corpus_for(root, family, args)
-            spec = json.loads((corpus / "manifest.json").read_text())["spec"]
-            methods = ["majority", "gbdt", "trm-1step", "trm"]
-            if args.qlora and family == "route":
-                methods.append("qlora")
-            results[family] = {
-                m: measure(m, corpus, spec, seeds, root / family, args.rollout_episodes)
-                for m in methods
-            }
+        for gen_seed in gen_seeds:
+            for compression in compressions:
+                results: Results = {}
+                for family in args.families.split(","):
+                    print(f"{family} @ gen seed {gen_seed} / {compression}:", file=sys.stderr)
+                    corpus = corpus_for(root, family, gen_seed, compression, args)
+                    spec = json.loads((corpus / "manifest.json").read_text())["spec"]
+                    methods = ["majority", "tfidf-lr", "gbdt", "trm-1step", "trm"]
+                    if args.qlora and family == "route":
+                        methods.append("qlora")
+                    work = root / f"{family}-{gen_seed}-{compression}"
+                    results[family] = {
+                        m: measure(m, corpus, spec, seeds, work, args.rollout_episodes)
+                        for m in methods
+                    }
+                rows.append((gen_seed, compression, results))
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
-    print(table(results, seeds))
+    for gen_seed, compression, results in rows:
+        print(f"### gen seed {gen_seed}, state_compression {compression}\n")
+        print(table(results, seeds))
+        print()
+    mean = mean_rows(rows)
+    print(f"### mean over {len(rows)} rows ({len(gen_seeds)} generation seeds x "
+          f"{len(compressions)} compressions)\n")  # fmt: skip
+    print(table(mean, seeds))
     print()
-    for name, ok, measured in checks(results):
+    for name, ok, measured in checks(mean):
         print(f"{'PASS' if ok else 'MISS'}  {name}: {measured}")
+    for family, m in mean.items():
+        t, ref = m["trm"]["anchor"]["value"], m["tfidf-lr"]["anchor"]["value"]
+        print(f"{'PASS' if t >= ref else 'MISS'}  {family}: trm >= tfidf-lr: {t:.3f} vs {ref:.3f}")
+    low = below_majority(rows)
+    print(f"{'MISS' if low else 'PASS'}  no row leaves the trm below majority"
+          + (": " + "; ".join(low) if low else ""))  # fmt: skip
     if args.json:
-        plain = {f: {m: {k: v for k, v in r.items() if k != "per_example"} for m, r in ms.items()}
-                 for f, ms in results.items()}  # fmt: skip
-        args.json.write_text(json.dumps(plain, indent=2))
+        plain = [
+            {"gen_seed": g, "compression": c,
+             "families": {f: {m: {k: v for k, v in r.items() if k != "per_example"}
+                              for m, r in ms.items()} for f, ms in res.items()}}
+            for g, c, res in rows
+        ]  # fmt: skip
+        args.json.write_text(json.dumps({"rows": plain}, indent=2))
     return 0
 
 
