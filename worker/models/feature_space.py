@@ -38,6 +38,7 @@ MAX_WORDS = 2048  # words of the context's texts (`W:`), the most frequent
 FORMAT = "trm-features/5"
 _UNSAFE = re.compile(r"[^0-9A-Za-z_]+")
 WORDS = (kinds.start("W"), kinds.name("X", kinds.start("W"), ""))
+CROSSED = kinds.start("X")
 
 
 @dataclass
@@ -51,7 +52,11 @@ class FeatureSpace:
     scale: list[float]
 
     @classmethod
-    def fit(cls, rows: Iterable[dict[str, Any]]) -> FeatureSpace:
+    def fit(cls, rows: Iterable[dict[str, Any]], crossed: bool = True) -> FeatureSpace:
+        """`crossed=False` leaves out the context features crossed with a candidate id (`X:`):
+        a ranker of one candidate at a time needs them to tell candidates apart on a word they
+        share, a neural model sees the whole row and combines them itself, at a fraction of the
+        width (and so of the training time)."""
         counts: Counter[str] = Counter()
         sums: dict[str, list[float]] = {}
         envs: dict[str, set[str]] = {}
@@ -65,6 +70,8 @@ class FeatureSpace:
             for features in row_features(row["state"], row["tools"]):
                 candidates += 1
                 for name, value in features.items():
+                    if not crossed and name.startswith(CROSSED):
+                        continue
                     seen.add(name)
                     acc = sums.setdefault(name, [0.0, 0.0, 0.0])
                     v = _squash(value)

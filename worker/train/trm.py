@@ -203,7 +203,11 @@ def _train(
         {**cfg, "seed": seed}, RESUMABLE_CHANGES, [corpus_dir / TRAIN_ROWS, corpus_dir / VAL_ROWS]
     )
     resume = None if probe else checkpoints.resume_point(out_dir, fingerprint, callbacks.trusts)
-    space = FeatureSpace.load(resume / FEATURES) if resume else FeatureSpace.fit(rows)
+    # Without the candidate-crossed context (`X:`): the model reads the whole row at once.
+    if resume:
+        space = FeatureSpace.load(resume / FEATURES)
+    else:
+        space = FeatureSpace.fit(rows, crossed=False)
     data, val = Encoded(space, rows), Encoded(space, val_rows)
 
     micro, accum = int(cfg["batch_size"]), 1 if probe else int(cfg["grad_accum"])
