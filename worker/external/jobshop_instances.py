@@ -212,9 +212,10 @@ class Solved:
 
 
 def solve(instance: Instance, seconds: float, seed: int = 0) -> Solved:
-    """The best schedule CP-SAT finds within `seconds` of its deterministic time (one worker,
-    so the same instance and limit give the same schedule on any machine); a wall-clock cap of
-    twice that bounds a slow machine. Raises RuntimeError when no schedule was found."""
+    """The best schedule CP-SAT finds within `seconds` of its deterministic time, one worker
+    (the same instance and limit give the same schedule on any machine, unless the wall-clock
+    cap of twice that stops a slow or loaded machine first). Raises RuntimeError when no
+    schedule was found."""
     from ortools.sat.python import cp_model
 
     model = cp_model.CpModel()

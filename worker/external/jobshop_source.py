@@ -6,7 +6,10 @@ labelled dispatching decisions (worker/external/jobshop_dispatch.py).
   the folder is created and `gen-<seed>-<i>.txt` written first (sizes drawn per instance from
   the ranges, seeded); files already there are kept.
 - **Solutions**: CP-SAT, one worker, `solve_seconds` of deterministic time (so the same file
-  gives the same schedule on any machine; a wall-clock cap of twice that bounds a slow one).
+  gives the same schedule on any machine), with a wall-clock cap of twice that: on a loaded
+  machine the cap can stop a search first, and that schedule depends on the machine's speed
+  (measured here: two cores shared, 1.5 deterministic seconds took the whole 3 s cap on most
+  instances above 10 x 10). The cache below keeps a folder's schedules fixed once solved.
   Each is cached as `<folder>/solutions/<file stem>.json` with the instance's hash, the limit,
   the makespan and whether it was proven optimal; a cache that does not match is solved
   again. A folder that cannot be written is solved every time.
