@@ -1,4 +1,5 @@
-"""Readers for the four source kinds (SPEC §4), each turning JSONL lines into normalized `Row`s.
+"""Readers for the log source kinds (SPEC §4), each turning JSONL lines into normalized `Row`s;
+the published data sets' readers are one table in `published.py`, dispatched here.
 
 Every line read ends up in the source's `Tally`: kept, or invalid under a named reason. Reasons:
 `bad_json` (not JSON, or not UTF-8), `not_object`, `missing_state` (no state or an empty one),
@@ -47,20 +48,19 @@ import re
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from core.paths import files_inside
 from core.schemas.corpus import (
-    BfclSource,
     CorpusSpec,
-    JobShopSource,
     JsonlSource,
     RouterJsonlSource,
     Source,
     TrmPlayRootSource,
 )
-from worker.corpus import bfcl, routellm
 from worker.corpus.errors import CorpusInputError
+from worker.corpus.lines import json_lines
+from worker.corpus.published import READERS
 from worker.corpus.rows import Invalid, Row, Tally, classify, family_of
 
 PLAY_GLOB = "worlds/*/trm_traces.jsonl"
@@ -70,8 +70,6 @@ _MISSING = object()
 compact_json = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode
 
 Progress = Callable[[int], None]
-MAX_LINE_BYTES = 16 << 20  # no row is near this; a longer "line" is garbage
-_SKIP_PIECE = 1 << 20
 
 
 def discover(spec: CorpusSpec) -> list[tuple[list[Path], list[str]]]:
@@ -81,20 +79,16 @@ def discover(spec: CorpusSpec) -> list[tuple[list[Path], list[str]]]:
     for index, source in enumerate(spec.sources):
         field = f"sources[{index}].path"
         root = Path(source.path)
-        if isinstance(source, JobShopSource):
-            # Before the existence check: generated instances are written there first.
-            from worker.external.jobshop_source import files_of as jobshop_files
-
-            found.append((jobshop_files(source, field), []))
+        published = READERS.get(source.type)
+        if published is not None:
+            if published.path_must_exist and not root.exists():
+                raise CorpusInputError(field, f"{root} does not exist")
+            found.append((published.files_of(source, field), []))
             continue
         if not root.exists():
             raise CorpusInputError(field, f"{root} does not exist")
         skipped: list[str] = []
-        if isinstance(source, routellm.RouteLlmSource):
-            files = routellm.files_of(source, field)
-        elif isinstance(source, BfclSource):
-            files = bfcl.files_of(source, field)
-        elif isinstance(source, TrmPlayRootSource):
+        if isinstance(source, TrmPlayRootSource):
             if not root.is_dir():
                 raise CorpusInputError(field, f"{root} is not a folder (trm_play_root wants one)")
             files, skipped = files_inside(root, sorted(root.glob(PLAY_GLOB)))
@@ -122,68 +116,20 @@ Convert = Callable[[dict[str, Any], Path, str, int], Row]
 
 
 def read_source(source: Source, files: list[Path], tally: Tally, progress: Progress) -> list[Row]:
-    if isinstance(source, JobShopSource):
-        from worker.external.jobshop_source import read_rows as jobshop_rows
-
-        return jobshop_rows(source, files, tally, progress)
-    if isinstance(source, routellm.RouteLlmSource):
-        return routellm.read_rows(source, files, tally, progress)
-    if isinstance(source, BfclSource):
-        return bfcl.read_rows(source, files, tally, progress)
+    published = READERS.get(source.type)
+    if published is not None:
+        return published.read_rows(source, files, tally, progress)
     root = Path(source.path)
-    lines = _lines(root, files, tally, progress)
+    lines = json_lines(root, files, tally, progress)
     if isinstance(source, TrmPlayRootSource):
         return _convert_all(lines, tally, partial(_play_row, source))
     if isinstance(source, RouterJsonlSource):
         return _read_router(source, lines, tally)
+    if not isinstance(source, JsonlSource):  # every other type is a published reader's
+        raise TypeError(f"no reader for source type {source.type!r}")
     if source.mode == "normalized":
         return _convert_all(lines, tally, partial(_normalized_row, source))
     return _convert_all(lines, tally, _ReasoningTrace(source))
-
-
-def _lines(
-    root: Path, files: list[Path], tally: Tally, progress: Progress
-) -> Iterator[tuple[Path, str, int, dict[str, Any]]]:
-    """(file, file label, line number, parsed object) for every JSON object line."""
-    for path in files:
-        label = path.relative_to(root).as_posix() if root.is_dir() else path.name
-        tally.files.append(label)
-        with path.open("rb") as handle:
-            for lineno, (raw, size) in enumerate(_raw_lines(handle), 1):
-                progress(size)
-                if raw is None:
-                    tally.rows_read += 1
-                    tally.reject("line_too_long", label, lineno)
-                    continue
-                if not raw.strip():
-                    tally.blank_lines += 1
-                    continue
-                tally.rows_read += 1
-                try:
-                    obj = json.loads(raw)
-                except ValueError:
-                    tally.reject("bad_json", label, lineno)
-                    continue
-                if not isinstance(obj, dict):
-                    tally.reject("not_object", label, lineno)
-                    continue
-                yield path, label, lineno, obj
-
-
-def _raw_lines(handle: BinaryIO) -> Iterator[tuple[bytes | None, int]]:
-    """(line, its size in bytes) for each line; (None, size) for one longer than MAX_LINE_BYTES,
-    whose rest is read and dropped a piece at a time."""
-    while raw := handle.readline(MAX_LINE_BYTES):
-        if len(raw) < MAX_LINE_BYTES or raw.endswith(b"\n"):
-            yield raw, len(raw)
-            continue
-        size = len(raw)
-        del raw
-        while piece := handle.readline(_SKIP_PIECE):
-            size += len(piece)
-            if piece.endswith(b"\n"):
-                break
-        yield None, size
 
 
 def _dict(value: Any) -> dict[str, Any]:
