@@ -240,6 +240,16 @@ def below_majority(rows: list[tuple[int, str, Results]]) -> list[str]:
     return out
 
 
+def write_json(path: Path, rows: list[tuple[int, str, Results]]) -> None:
+    plain = [
+        {"gen_seed": g, "compression": c,
+         "families": {f: {m: {k: v for k, v in r.items() if k != "per_example"}
+                          for m, r in ms.items()} for f, ms in res.items()}}
+        for g, c, res in rows
+    ]  # fmt: skip
+    path.write_text(json.dumps({"rows": plain}, indent=2))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", default=",".join(FAMILIES))
@@ -285,6 +295,8 @@ def main() -> int:
                         for m in methods
                     }
                 rows.append((gen_seed, compression, results))
+                if args.json:  # after every row: a long run stopped early keeps what it measured
+                    write_json(args.json, rows)
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -306,13 +318,7 @@ def main() -> int:
     print(f"{'MISS' if low else 'PASS'}  no row leaves the trm below majority"
           + (": " + "; ".join(low) if low else ""))  # fmt: skip
     if args.json:
-        plain = [
-            {"gen_seed": g, "compression": c,
-             "families": {f: {m: {k: v for k, v in r.items() if k != "per_example"}
-                              for m, r in ms.items()} for f, ms in res.items()}}
-            for g, c, res in rows
-        ]  # fmt: skip
-        args.json.write_text(json.dumps({"rows": plain}, indent=2))
+        write_json(args.json, rows)
     return 0
 
 
