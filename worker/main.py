@@ -33,11 +33,28 @@ from worker.runner import Runner
 log = logging.getLogger("trm.worker")
 SHUTDOWN_GRACE_S = 15.0
 QUEUE_SLOTS = {"gpu": 1, "cpu": 4}  # one GPU job per worker; cpu jobs are light or waiting
+# The runner stops an attempt at TRM_JOB_TIMEOUT_S itself (the run fails `timeout`); arq's own
+# timeout comes this much later, once the stage process has had its grace and the end is written.
+ARQ_TIMEOUT_SLACK_S = 60
+
+
+def arq_job_timeout(settings: Settings) -> float:
+    return settings.job_timeout_s + settings.cancel_grace_s + ARQ_TIMEOUT_SLACK_S
 
 
 async def run_job(ctx: dict[str, Any], run_id: str, attempt: int) -> str:
     runner: Runner = ctx["runner"]
-    return await asyncio.to_thread(runner.execute, run_id, attempt)
+    attempt_done = asyncio.ensure_future(asyncio.to_thread(runner.execute, run_id, attempt))
+    try:
+        return await asyncio.shield(attempt_done)
+    except asyncio.CancelledError:
+        # arq's timeout (or an abort) cancels this coroutine, never the thread running the
+        # attempt: stop the attempt's stage and hold the slot until it has ended, or the worker
+        # would start a second run beside a stage process that is still going.
+        runner.expire(run_id)
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(attempt_done)
+        raise
 
 
 def lower_priority(nice: int) -> None:
@@ -183,7 +200,7 @@ class WorkerSettings:
     max_jobs = 1
     max_tries = 1
     keep_result = 0  # the database holds results; a stored one would block re-enqueueing
-    job_timeout = get_settings().job_timeout_s
+    job_timeout = arq_job_timeout(get_settings())
     job_serializer = staticmethod(job_serializer)
     job_deserializer = staticmethod(job_deserializer)
     poll_delay = 0.005  # this path has no wake-ups (`trm worker` has): poll often to start fast
@@ -198,7 +215,7 @@ async def serve(settings: Settings, queues: list[str]) -> None:
         "redis_settings": arq_redis_settings(settings),
         "max_tries": WorkerSettings.max_tries,
         "keep_result": WorkerSettings.keep_result,
-        "job_timeout": settings.job_timeout_s,
+        "job_timeout": arq_job_timeout(settings),
         "handle_signals": False,
         "ctx": ctx,
         **SERIALIZERS,

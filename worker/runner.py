@@ -10,6 +10,7 @@ summary.json all come from the kind's entry in `worker.kinds.KINDS`.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import threading
@@ -44,6 +45,7 @@ from worker.usage import Usage
 
 log = logging.getLogger("trm.worker")
 POLL_S = 0.05
+TIMEOUT = "timeout"  # the stop reason of an attempt past its job timeout (TRM_JOB_TIMEOUT_S)
 
 
 @dataclass
@@ -63,9 +65,24 @@ class Runner:
         self.settings, self.publisher, self.worker_id = settings, publisher, worker_id
         self.engine = publisher.engine
         self.shutdown = threading.Event()
+        # Run id -> the time.monotonic() at which its attempt's job timeout (TRM_JOB_TIMEOUT_S)
+        # falls: the stage is stopped then and the run fails `timeout` (`expire` brings it now).
+        self.time_up: dict[str, float] = {}
+
+    def expire(self, run_id: str) -> None:
+        """The job running `run_id` timed out (arq cancelled it): stop its stage now."""
+        self.time_up[run_id] = 0.0
 
     # -- claim ---------------------------------------------------------------------------------
     def execute(self, run_id: str, attempt: int) -> str:
+        limit = time.monotonic() + self.settings.job_timeout_s
+        self.time_up[run_id] = min(self.time_up.get(run_id, limit), limit)
+        try:
+            return self._execute(run_id, attempt)
+        finally:
+            self.time_up.pop(run_id, None)
+
+    def _execute(self, run_id: str, attempt: int) -> str:
         run = self._claim(run_id, attempt)
         if run is None:
             return "not_claimed"
@@ -205,26 +222,44 @@ class Runner:
             return "cancel"
         if self.shutdown.is_set():
             return "shutdown"
+        if time.monotonic() >= self.time_up.get(lease.run_id, math.inf):
+            return TIMEOUT
         if deadline is not None and time.time() >= deadline:
             return "budget"
         return None
 
-    @staticmethod
-    def _ending_for_stop(stop: str) -> Ending:
+    def _ending_for_stop(self, stop: str) -> Ending:
         if stop == "cancel":
             return Ending("cancelled", reason="cancelled on request")
         if stop == "shutdown":
             return Ending(
                 "interrupted", reason="worker shut down; the run resumes on another attempt"
             )
+        if stop == TIMEOUT:
+            return Ending("failed", "timeout", self._timeout_reason("its stages were not run"))
         return Ending("completed", stopped_by="budget")
+
+    def _timeout_reason(self, what: str) -> str:
+        return (
+            f"the attempt ran past the job timeout of {self.settings.job_timeout_s}s "
+            f"(TRM_JOB_TIMEOUT_S); {what}"
+        )
+
+    def _timed_out(self, outcome: dict[str, Any], what: str) -> dict[str, Any]:
+        """A stage stopped by the job timeout fails `timeout`, whatever it saved on the way."""
+        reason = self._timeout_reason(what)
+        return {**outcome, "ok": False, "failure_class": "timeout", "reason": reason,
+                "stop_reason": None}  # fmt: skip
 
     def _run_one(self, stage: StageDef, ctx: StageContext, lease: Lease) -> dict[str, Any]:
         if not stage.in_child:
             ctx.stop_probe = lambda: (
                 FENCED if lease.lost.is_set() else self._stop_reason(lease, None)
             )
-            return run_stage(stage.fn, ctx)
+            outcome = run_stage(stage.fn, ctx)
+            if outcome.get("stop_reason") == TIMEOUT:
+                return self._timed_out(outcome, "the stage stopped at its next step")
+            return outcome
         child = ChildStage(ctx, lease.token)
         lease.pids.append(child.start())
         signalled_at: float | None = None
@@ -246,6 +281,8 @@ class Runner:
             ):
                 child.kill()
         outcome = child.outcome()
+        if child.signalled == TIMEOUT:  # SIGTERM, then SIGKILL after TRM_CANCEL_GRACE_S
+            return self._timed_out(outcome, "its stage process was stopped")
         if stalled:
             reason = f"no progress for {stall_s:.0f}s (no step, card or log); stage process killed"
             return {**outcome, "ok": False, "failure_class": "stalled", "reason": reason}

@@ -1,0 +1,64 @@
+"""The job timeout (TRM_JOB_TIMEOUT_S) stops the run, not only arq's coroutine: the stage's child
+process is stopped (SIGTERM, then SIGKILL after TRM_CANCEL_GRACE_S), the run fails `timeout`,
+and the gpu slot holds one run at a time throughout. Before, arq's timeout freed the slot while
+the child went on training, and the worker started a second gpu run beside it."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+import pytest
+
+from core.rundir import CHILD_PAYLOAD
+from core.settings import Settings
+from tests.conftest import Service
+from tests.fault.helpers import loop_spec
+
+JOB_TIMEOUT_S = 4
+
+
+def children_of(payload: Path) -> list[psutil.Process]:
+    """The stage processes started for `payload` (a stage folder's child payload)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if str(payload) in cmdline and proc.status() != psutil.STATUS_ZOMBIE:
+            found.append(proc)
+    return found
+
+
+def wait_for_child(payload: Path, timeout: float) -> list[psutil.Process]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if found := children_of(payload):
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"no stage process for {payload} within {timeout}s")
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_the_job_timeout_stops_the_stage_process_and_keeps_one_run_per_slot(
+    service: Service, settings: Settings
+) -> None:
+    service.start_worker(queues="gpu", extra_env={"TRM_JOB_TIMEOUT_S": str(JOB_TIMEOUT_S)})
+    long = service.submit(loop_spec(600, 0.05, queue="gpu"))  # 30 s of steps, past the timeout
+    short = service.submit(loop_spec(2, 0.05, queue="gpu"))
+    payload = settings.runs_dir / long["id"] / "loop" / CHILD_PAYLOAD
+    child = wait_for_child(payload, timeout=20)
+
+    done = service.wait_status(long["id"], "failed", "completed", timeout=20)
+    assert (done["status"], done["failure_class"]) == ("failed", "timeout"), done
+    assert "TRM_JOB_TIMEOUT_S" in done["failure_reason"], done["failure_reason"]
+    assert not children_of(payload), "the stage process outlived its run"
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in child)
+    loop = next(s for s in done["stages"] if s["name"] == "loop")
+    assert loop["status"] == "failed" and loop["manifest"]["error"]["class"] == "timeout"
+
+    after = service.wait_status(short["id"], "completed", "failed", timeout=20)
+    assert after["status"] == "completed", after
+    ended = datetime.fromisoformat(done["attempts"][-1]["ended_at"])
+    started = datetime.fromisoformat(after["attempts"][0]["started_at"])
+    assert started >= ended, f"the second gpu run started at {started}, before {ended}"
