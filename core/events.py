@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,6 +46,20 @@ def on_terminal_status(hook: TerminalHook) -> TerminalHook:
     return hook
 
 
+def finite(value: Any) -> Any:
+    """`value` with every NaN and infinity replaced by None: an event is strict JSON on every
+    database. Postgres refuses `NaN` in a JSON column (a diverged loss once failed its run with
+    the SQL text as the reason); SQLite stores it, and a reader that parses JSON strictly (the
+    dashboard's) then fails on the event and reconnects forever."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
 def event_dict(ev: Event) -> dict[str, Any]:
     created = as_utc(ev.created_at)
     return {
@@ -72,6 +87,7 @@ class Tx:
 
     def emit(self, run_id: str, type: str, data: dict[str, Any]) -> Event:
         assert type in EVENT_TYPES, type
+        data = finite(data)
         values: dict[str, Any] = {"event_seq": Run.event_seq + 1}
         if type == "card":
             values.update(card=data, phase=data.get("phase"), percent=data.get("percent") or 0.0,
@@ -102,7 +118,9 @@ class Tx:
         now, events = utcnow(), []
         for run, data in runs:
             run.event_seq = 1
-            events.append(Event(run_id=run.id, seq=1, type="status", data=data, created_at=now))
+            events.append(
+                Event(run_id=run.id, seq=1, type="status", data=finite(data), created_at=now)
+            )
         conn = self.session.connection()
         run_columns = [c.name for c in RUNS.columns]
         conn.execute(RUNS.insert(), [{c: getattr(run, c) for c in run_columns} for run, _ in runs])
@@ -175,7 +193,7 @@ class Publisher:
         # Each event is encoded once: the same line goes to events.jsonl and to Redis.
         by_run: dict[str, list[str]] = {}
         for ev in events:
-            line = json.dumps(event_dict(ev), separators=(",", ":"))
+            line = json.dumps(event_dict(ev), separators=(",", ":"), allow_nan=False)
             by_run.setdefault(ev.run_id, []).append(line)
         messages: list[tuple[str, str]] = []
         for run_id, lines in by_run.items():
