@@ -1,13 +1,17 @@
 """Run webhooks (SPEC §3.3 `notify.url`): a run's terminal status is POSTed to the URL its spec
 names, signed, retried with backoff, and every attempt recorded as a `log` event of the run.
 
-Who may be called: loopback always; any other host only when it is on `TRM_NOTIFY_ALLOW` (a
-comma-separated list of host names or IPs; `*.example.com` allows the subdomains). No name is
-trusted as loopback by its spelling (`localhost.localdomain` may resolve anywhere): a host is
-resolved, every address it resolves to is checked, and the request goes to the checked address
-(the Host header and TLS server name stay the URL's), so a second lookup cannot send it elsewhere.
-Link-local, multicast and unspecified addresses (a cloud's metadata service) are never called
-unless that very IP is listed. The body is
+Who may be called: only the hosts on `TRM_NOTIFY_ALLOW` (a comma-separated list of host names
+or IPs, each with an optional `:port`; `*.example.com` allows the subdomains), loopback included:
+a webhook could otherwise reach any port, path and query of the API's and the workers' own
+hosts. Submitting checks the URL against the list by its spelling alone (nothing is looked up
+while a run is recorded); at delivery the host is resolved, every address it resolves to is
+checked, and the request goes to the checked address (the Host header and TLS server name stay
+the URL's), so a second lookup cannot send it elsewhere. Link-local, multicast and unspecified
+addresses (a cloud's metadata service) are never called, and a name allowed only by a wildcard
+is never called at a loopback or private address, unless that very IP is listed. A failed
+attempt's event says that it failed, never the status code or connection error the process met
+(those go to the process's log): an event is for every client to read. The body is
 signed with HMAC-SHA256 under `TRM_NOTIFY_SECRET`: the receiver recomputes
 `sha256=<hex hmac of the raw body>` and compares it with the `X-TRM-Signature` header, or with
 `X-Hub-Signature-256` (the same value, under the header GitHub uses, which Hermes's webhook
@@ -102,30 +106,57 @@ def resolve_host(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-def _listed(host: str, allow: tuple[str, ...]) -> bool:
-    return any(
-        host == entry or (entry.startswith("*.") and host.endswith(entry[1:])) for entry in allow
-    )
+def _entry(entry: str) -> tuple[str, int | None]:
+    """An allow-list entry as (host, port or None): `hooks.lan`, `127.0.0.1:8644`, `[::1]:8644`,
+    `::1`."""
+    if entry.startswith("["):
+        host, _, rest = entry[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif entry.count(":") == 1:
+        host, _, port = entry.partition(":")
+    else:
+        host, port = entry, ""
+    return host, int(port) if port.isdigit() else None
 
 
-def _address_refusal(host: str, address: str, allow: tuple[str, ...]) -> str | None:
+def _listing(host: str, port: int, allow: tuple[str, ...]) -> str | None:
+    """How `host:port` is on the list: "exact", "wildcard" (a `*.` entry), or None."""
+    found = None
+    for entry in allow:
+        name, entry_port = _entry(entry)
+        if entry_port is not None and entry_port != port:
+            continue
+        if host == name:
+            return "exact"
+        if name.startswith("*.") and host.endswith(name[1:]):
+            found = "wildcard"
+    return found
+
+
+def _address_refusal(host: str, port: int, address: str, allow: tuple[str, ...]) -> str | None:
     ip = ipaddress.ip_address(address.split("%")[0])
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    if ip.is_loopback or str(ip) in allow:
+    if _listing(str(ip), port, allow) == "exact":
         return None
-    if not _listed(host, allow):
+    how = _listing(host, port, allow)
+    if how is None:
         return _not_allowed(host, allow)  # never what it resolves to: no DNS oracle
     if ip.is_link_local or ip.is_multicast or ip.is_unspecified:
         return f"host {host!r} resolves to a link-local, multicast or unspecified address"
+    if how == "wildcard" and (ip.is_loopback or ip.is_private):
+        return (
+            f"host {host!r} is allowed by a wildcard and resolves to a loopback or private "
+            "address: list it, or the address, by itself"
+        )
     return None
 
 
 def _not_allowed(host: str, allow: tuple[str, ...]) -> str:
     listed = ", ".join(allow) or "nothing"
     return (
-        f"host {host!r} is not allowed: only loopback and TRM_NOTIFY_ALLOW hosts ({listed}) "
-        "are called"
+        f"host {host!r} is not allowed: only TRM_NOTIFY_ALLOW hosts ({listed}) are called, "
+        "loopback included"
     )
 
 
@@ -165,11 +196,11 @@ def pin(url: str, allow: tuple[str, ...], resolve: Resolver = resolve_host) -> T
     except (OSError, UnicodeError):
         addresses = []
     if not addresses:
-        if _listed(host, allow):
+        if _listing(host, port, allow):
             return f"host {host!r} does not resolve"
         return _not_allowed(host, allow)
     for address in addresses:
-        refusal = _address_refusal(host, address, allow)
+        refusal = _address_refusal(host, port, address, allow)
         if refusal:
             return refusal
     address = addresses[0].split("%")[0]
@@ -179,18 +210,17 @@ def pin(url: str, allow: tuple[str, ...], resolve: Resolver = resolve_host) -> T
     return Target(pinned, host_header, host if parts.scheme == "https" else None)
 
 
-def url_refusal(url: str, allow: tuple[str, ...], resolve: Resolver = resolve_host) -> str | None:
-    """Why `url` may not be called (None: it may). Checked at submit time and again, resolved
-    and pinned, at delivery. At submit time a listed name is not looked up (its DNS may not be
-    up yet); any other name must resolve to loopback only."""
+def url_refusal(url: str, allow: tuple[str, ...]) -> str | None:
+    """Why `url` may not be called (None: it may), by its spelling alone: checked when a run is
+    submitted, where nothing slow may happen (a host name that takes 30 s to resolve held up
+    every client's submission in the same batch). Delivery resolves and checks it again."""
     parsed = _parse(url)
     if isinstance(parsed, str):
         return parsed
-    _, host, _ = parsed
-    if _listed(host, allow):
-        return None
-    found = pin(url, allow, resolve)
-    return found if isinstance(found, str) else None
+    _, host, port = parsed
+    if _listing(host, port, allow) is None:
+        return _not_allowed(host, allow)
+    return None
 
 
 def check_notify_url(url: str, settings: Settings) -> str | None:
@@ -268,6 +298,7 @@ def deliver(
                     target.url, content=body, headers=headers, extensions=extensions
                 )
             except httpx.HTTPError as exc:
+                log.warning("webhook %s for %s, attempt %d: %r", url, run_id, attempt, exc)
                 _record(
                     publisher,
                     run_id,
@@ -276,12 +307,19 @@ def deliver(
                     False,
                     config,
                     delay,
-                    error=repr(exc),
+                    status_code=None,
                     settled=delay is None,
                 )
             else:
                 ok = 200 <= response.status_code < 300
                 final = ok or response.status_code not in RETRY_STATUSES
+                if not ok:
+                    log.warning(
+                        "webhook %s for %s, attempt %d: answered %d",
+                        url, run_id, attempt, response.status_code,
+                    )  # fmt: skip
+                # Only a delivery says its status code: a failure's code (or connection error)
+                # would let any client probe the ports of the hosts the service can reach.
                 _record(
                     publisher,
                     run_id,
@@ -290,7 +328,7 @@ def deliver(
                     ok,
                     config,
                     None if final else delay,
-                    status_code=response.status_code,
+                    status_code=response.status_code if ok else None,
                     settled=final or delay is None,
                 )
                 if final:

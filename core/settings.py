@@ -59,8 +59,9 @@ class Settings(BaseSettings):
     max_candidates: int = 10_000
     max_seconds: int = 30 * 24 * 3600
 
-    # Webhooks (core/notify.py): the HMAC-SHA256 key for `X-TRM-Signature`, and the hosts besides
-    # loopback a spec's `notify.url` may name (comma-separated; `*.example.com` for subdomains).
+    # Webhooks (core/notify.py): the HMAC-SHA256 key for `X-TRM-Signature`, and the only hosts a
+    # spec's `notify.url` may name, loopback included (comma-separated, each with an optional
+    # `:port`: `127.0.0.1:8644,hooks.lan`; `*.example.com` for subdomains).
     notify_secret: SecretStr | None = None
     notify_allow: str = ""
     notify_attempts: int = 5

@@ -101,8 +101,10 @@ def test_retried_delivery_keeps_its_id_is_accepted_once_and_followers_see_it(
 ) -> None:
     (tmp_path / "logs").mkdir()
     service = Service(
-        {**env, "TRM_NOTIFY_SECRET": SECRET, "TRM_NOTIFY_BACKOFF_S": "0.2"}, tmp_path / "logs"
-    )
+        {**env, "TRM_NOTIFY_SECRET": SECRET, "TRM_NOTIFY_BACKOFF_S": "0.2",
+         "TRM_NOTIFY_ALLOW": "127.0.0.1"},
+        tmp_path / "logs",
+    )  # fmt: skip
     frames: list[dict[str, Any]] = []
     closed = threading.Event()
     try:
@@ -206,7 +208,10 @@ def test_hermes_webhook_route_from_the_docs_takes_a_run_and_renders_its_prompt(
 
     threading.Thread(target=pump, daemon=True).start()
     (tmp_path / "logs").mkdir()
-    service = Service({**env, "TRM_NOTIFY_SECRET": secret}, tmp_path / "logs")
+    service = Service(
+        {**env, "TRM_NOTIFY_SECRET": secret, "TRM_NOTIFY_ALLOW": f"127.0.0.1:{port}"},
+        tmp_path / "logs",
+    )
     try:
         assert json.loads(lines.get(timeout=60)) == {"ready": True}
         service.start_api()
