@@ -63,6 +63,15 @@ def install_handlers(app: FastAPI) -> None:
     async def _os_error(req: Request, exc: OSError) -> JSONResponse:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             return _disk_full(req, "RUNS_DIR's disk", exc.filename)
+        if exc.errno == errno.ENAMETOOLONG:  # a client's path that no filesystem takes
+            message = (
+                "a path in this request is too long (a name over 255 bytes or a path over "
+                "4096 bytes); nothing was applied"
+            )
+            return JSONResponse(
+                error_body("validation_error", message, [{"field": "path", "message": message}]),
+                status_code=422,
+            )
         return await _unexpected(req, exc)
 
     @app.exception_handler(Exception)

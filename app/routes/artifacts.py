@@ -44,7 +44,11 @@ def get_artifact(
 ) -> FileResponse:
     get_run(db, run_id)
     target = safe_artifact(app.settings.run_dir(run_id), path)
-    if not target.is_file():
+    try:
+        found = target.is_file()
+    except OSError:  # a part over 255 bytes or a path over 4096: no such artifact, not a 500
+        found = False
+    if not found:
         raise ApiError(404, "not_found", f"run {run_id} has no artifact {path!r}", {"path": path})
     media = "application/json" if target.suffix == ".json" else None
     if target.suffix in (".jsonl", ".log", ".txt"):

@@ -45,7 +45,11 @@ def existing_path(
         path = base_dir / path
     if outside(raw, base_dir, root):
         return None, f"{where}: {outside_message(raw, 'TRM_DATA_DIR')}"
-    if not path.exists():
+    try:
+        found = path.exists()
+    except OSError as exc:  # a name over 255 bytes, a path over 4096: never a 500
+        return None, f"{where}: {raw} cannot be looked up ({exc.strerror})"
+    if not found:
         hint = (
             " (a Windows default of the original skill: point it at your copy)"
             if WINDOWS_PATH.match(raw)
