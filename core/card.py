@@ -123,6 +123,21 @@ def count_text(done: int | None, total: int | None, unit: str | None) -> str:
     return f"{done}/{total} {unit}" if total is not None else f"{done} {unit}"
 
 
+def printable(text: str) -> str:
+    """`text` as it may reach a terminal: printable ASCII kept, anything else written as its
+    Python escape (`\\x1b`, `\\n`, `\\u202e`). Names, reasons and sources come from clients and
+    from the data; unescaped, an escape sequence in one could retitle, clear or rewrite a
+    terminal showing the card or `trm show`/`trm watch`. The card and the CLI print through this."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(ch if " " <= ch <= "~" else ch.encode("unicode_escape").decode() for ch in text)
+
+
+def printable_lines(text: str) -> str:
+    """Several lines (a card the API rendered) through `printable`, their line breaks kept."""
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
 def _fit(text: str, width: int) -> str:
     return text[:width].ljust(width)
 
@@ -140,7 +155,11 @@ def _title(card: Card) -> str:
 
 
 def render_text(card: Card) -> str:
-    """The box: every line exactly WIDTH characters, ASCII only."""
+    """The box: every line exactly WIDTH characters, ASCII only (every text field through
+    `printable`)."""
+    card = card.model_copy(
+        update={k: printable(v) for k, v in card.model_dump().items() if isinstance(v, str)}
+    )
     inner = WIDTH - 4
     title = _title(card)
     top = "+--" + title.ljust(WIDTH - 4, "-")[: WIDTH - 4] + "+"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from app.client import DEFAULT_URL, ApiCallError, Client
-from core.card import Card, render_text
+from core.card import Card, printable, printable_lines, render_text
 from core.paths import resolve_spec_file_path, spec_path_fields
 
 TERMINAL = ("completed", "failed", "cancelled")
@@ -69,11 +69,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _fail(exc: Exception) -> int:
-    print(f"trm: {exc}", file=sys.stderr)
+    print(f"trm: {printable(str(exc))}", file=sys.stderr)
     if isinstance(exc, ApiCallError) and isinstance(exc.details, list):
         for item in exc.details:
             if isinstance(item, dict) and "field" in item:
-                print(f"  {item['field']}: {item.get('message')}", file=sys.stderr)
+                line = f"  {item['field']}: {item.get('message')}"
+                print(printable(line), file=sys.stderr)
     return 1
 
 
@@ -102,7 +103,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         run = client.submit(load_spec(args.file), args.idempotency_key)
     except (ApiCallError, OSError) as exc:
         return _fail(exc)
-    print(f"{run['id']}  {run['kind']}  {run['status']}")
+    print(printable(f"{run['id']}  {run['kind']}  {run['status']}"))
     return _watch(client, run["id"]) if args.watch else 0
 
 
@@ -115,10 +116,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return _fail(exc)
     print(f"{'RUN':26}  {'KIND':9}  {'STATUS':11}  {'PHASE':16}  {'%':>5}  CREATED")
     for run in page["runs"]:
-        print(
+        line = (
             f"{run['id']:26}  {run['kind']:9}  {run['status']:11}  {(run['phase'] or '-'):16}  "
             f"{run['percent']:5.1f}  {run['created_at'][:19]}"
         )
+        print(printable(line))
     return 0
 
 
@@ -131,17 +133,20 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(run, indent=2))
         return 0
-    print(client.card_text(args.run), end="")
+    # Everything printed goes through `printable`: reasons and names come from clients.
+    print(printable_lines(client.card_text(args.run)), end="")
     print(
-        f"status {run['status']}  attempt {run['attempt']}/{run['max_attempts']}"
-        + (f"  stopped by {run['stopped_by']}" if run["stopped_by"] else "")
+        printable(
+            f"status {run['status']}  attempt {run['attempt']}/{run['max_attempts']}"
+            + (f"  stopped by {run['stopped_by']}" if run["stopped_by"] else "")
+        )
     )
     if run["failure_class"]:
-        print(f"failure {run['failure_class']}: {run['failure_reason']}")
+        print(printable(f"failure {run['failure_class']}: {run['failure_reason']}"))
     for stage in run.get("stages") or []:
         error = (stage.get("manifest") or {}).get("error") or {}
         extra = f"  {error.get('class')}: {error.get('message')}" if error else ""
-        print(f"  {stage['position']}. {stage['name']:16} {stage['status']:10}{extra}")
+        print(printable(f"  {stage['position']}. {stage['name']:16} {stage['status']:10}{extra}"))
     return 0
 
 
@@ -151,7 +156,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     except ApiCallError as exc:
         return _fail(exc)
     note = " (cancel requested; the worker stops it)" if run["status"] == "running" else ""
-    print(f"{run['id']}  {run['status']}{note}")
+    print(printable(f"{run['id']}  {run['status']}{note}"))
     return 0
 
 
@@ -159,7 +164,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     client = Client(args.url)
     if args.once:
         try:
-            print(client.card_text(args.run), end="")
+            print(printable_lines(client.card_text(args.run)), end="")
         except ApiCallError as exc:
             return _fail(exc)
         return 0
@@ -171,7 +176,7 @@ def _watch(client: Client, run_id: str) -> int:
     drawn = 0
     status = None
     try:
-        print(client.card_text(run_id), end="")
+        print(printable_lines(client.card_text(run_id)), end="")
         drawn = len(render_text(Card(run_id=run_id, kind="-")).splitlines())
         for event in client.events(run_id):
             if event["type"] == "card":
@@ -192,5 +197,5 @@ def _watch(client: Client, run_id: str) -> int:
         run = client.run(run_id)
         if run.get("failure_reason"):
             reason = f": {run['failure_class']}: {run['failure_reason']}"
-        print(f"run {run_id} {status}{reason}")
+        print(printable(f"run {run_id} {status}{reason}"))
     return 0 if status == "completed" else 1
