@@ -17,7 +17,7 @@ from core.benches.menu import bench_names, load_entry
 from core.db import get_engine
 from core.errors import ApiError
 from core.models import Run
-from core.paths import BENCH_REF, spec_path_fields
+from core.paths import BENCH_REF, confine, spec_path_fields
 from core.settings import Settings
 
 HOW_TO_PASS_A_ROUTER = (
@@ -60,6 +60,12 @@ def _run_id(ref: Any) -> str | None:
 def check_bench(resolved: dict[str, Any], settings: Settings, dry_run: bool) -> None:
     if resolved.get("kind") != "bench":
         return
+    try:
+        entry = load_entry(str(resolved.get("bench")))
+    except KeyError:
+        return  # the bench name's own 404/422 says it
+    if entry.get("external"):  # its data first: without it nothing else matters
+        check_external(entry, resolved, settings.data_dir)
     sides = {side: _run_id(resolved.get(side)) for side in ("router", "baseline")}
     wanted = {run_id for run_id in sides.values() if run_id}
     if wanted:
@@ -68,15 +74,30 @@ def check_bench(resolved: dict[str, Any], settings: Settings, dry_run: bool) -> 
         for side, run_id in sides.items():
             if run_id and run_id not in known:
                 raise _refuse(side, f"no run {run_id}")
+    if entry.get("external"):
+        return
     if dry_run or resolved.get("router") is not None or resolved.get("results_jsonl"):
         return
-    try:
-        defaults = load_entry(str(resolved.get("bench")))["defaults"]
-    except KeyError:
-        return  # the bench name's own 404/422 says it
+    defaults = entry["defaults"]
     baseline = resolved.get("baseline") or defaults.get("baseline")
     if defaults.get("router") == "none" and baseline == "none":
         raise _refuse("router", HOW_TO_PASS_A_ROUTER)
+
+
+def check_external(entry: dict[str, Any], resolved: dict[str, Any], data_dir: Path) -> None:
+    """A bench on a published data set: its data folder is there (nothing is downloaded) and
+    it has a trained router to score."""
+    name, defaults = entry["name"], entry["defaults"]
+    data = resolved.get("data") or defaults.get("data") or name
+    path = confine(data, "data", data_dir)
+    if not path.is_dir():
+        raise _refuse("data", f"bench {name}: no data at {path}; {entry.get('install')}")
+    if (resolved.get("router") or defaults.get("router")) == "none":
+        raise _refuse(
+            "router",
+            f'bench {name} scores a trained router; pass {{"router": "<train run id>"}} '
+            f"(a completed train run on a {entry['external']} corpus)",
+        )
 
 
 def check_submit(resolved: dict[str, Any], settings: Settings, dry_run: bool) -> None:

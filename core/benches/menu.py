@@ -13,6 +13,14 @@ keys:
               rows' `meta.world_id` puts them in the anchor worlds or not; rollouts cannot
               replay an export's states, so its failure/recovery rates come from rows tagged
               `meta.kind` (`invalid`, `suboptimal`, ...: known bad picks; `recovery`))
+
+An external bench (a published data set, worker/external/) instead names its data set and where
+its data lies:
+    "external": "routellm"   (the data set's bench in worker.external.BENCHES)
+    "baselines": [...]       (the data set's own baselines; `baseline` names one of them)
+    "install": "..."         (what to put where when the data is missing)
+    "defaults": {"baseline": "random", "router": "none", "data": "routellm"}
+              (`data`: a folder under DATA_DIR; a bench run needs a trained `router`)
 """
 
 from __future__ import annotations
@@ -62,6 +70,8 @@ def menu(spec_dir: Path | None = None) -> list[dict[str, Any]]:
                 "anchor_worlds": entry.get("anchor_worlds"),
                 "defaults": entry["defaults"],
                 "results_jsonl": entry.get("results_jsonl"),
+                "external": entry.get("external"),
+                "baselines": entry.get("baselines"),
             }
         )
     return out

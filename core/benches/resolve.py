@@ -225,6 +225,8 @@ def resolve_bench(
     except KeyError as exc:
         raise ResolveError("bad_input", f"bench: {exc.args[0]}") from None
     defaults = entry["defaults"]
+    if entry.get("external"):
+        return resolve_external(entry, spec, runs_dir, data_dir, model_cache)
     trainer = spec.get("trainer") or defaults["trainer"]
     sides: dict[str, dict[str, Any]] = {}
     for side in ("baseline", "router"):
@@ -254,5 +256,53 @@ def resolve_bench(
         "repeats": int(spec.get("repeats") or defaults["repeats"]),
         "episodes": int(spec.get("episodes") or defaults["episodes"]),
         "train_sample": int(spec.get("train_sample") or defaults["train_sample"]),
+        "seed": int(spec.get("seed") or 0),
+    }
+
+
+def resolve_external(
+    entry: dict[str, Any], spec: dict[str, Any], runs_dir: Path, data_dir: Path, model_cache: Path
+) -> dict[str, Any]:
+    """An external bench (a published data set): its data folder under DATA_DIR, which must be
+    there (nothing is downloaded), a trained router, and a baseline that is one of the data
+    set's own or another trained model."""
+    name, defaults = entry["name"], entry["defaults"]
+    data = spec.get("data") or defaults.get("data") or name
+    path = confined(data, Path(data_dir))
+    if path is None:
+        raise ResolveError("bad_input", f"data: {outside_message(data, 'TRM_DATA_DIR')}")
+    if not path.is_dir():
+        raise ResolveError(
+            "dependency",
+            f"bench {name}: no data at {path}; {entry.get('install') or 'put the data set there'}",
+        )
+    router = spec.get("router") or defaults["router"]
+    if router == "none":
+        raise ResolveError(
+            "bad_input",
+            f"router: bench {name} scores a trained router; name one (a completed train run id, "
+            f"trained on a {entry['external']} corpus)",
+        )
+    baselines = list(entry.get("baselines") or [])
+    sides: dict[str, dict[str, Any]] = {}
+    baseline = spec.get("baseline") or defaults["baseline"]
+    for side, ref in (("router", router), ("baseline", baseline)):
+        if side == "baseline" and ref in (*baselines, "none"):
+            chosen = ref if ref != "none" else defaults["baseline"]
+            sides[side] = {"ref": chosen, "baseline": chosen}
+            continue
+        sides[side] = resolve_side(ref, side, runs_dir, data_dir, "trm", model_cache)
+        if sides[side]["policy"]["type"] not in ("trm", "gbdt", "qlora"):
+            raise ResolveError("bad_input", f"{side}: {ref!r} is not a trained model")
+    return {
+        "bench": name,
+        "external": entry["external"],
+        "description": entry.get("description"),
+        "data": str(path),
+        "anchor_worlds": entry.get("anchor_worlds"),
+        "baselines": baselines,
+        "baseline": sides["baseline"],
+        "router": sides["router"],
+        "repeats": int(spec.get("repeats") or defaults["repeats"]),
         "seed": int(spec.get("seed") or 0),
     }

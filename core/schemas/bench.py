@@ -28,4 +28,6 @@ class BenchSpec(CommonSpec):
     train_sample: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     # A local JSONL export of a verifiers environment's results (normalized rows), under DATA_DIR.
     results_jsonl: str | None = Field(default=None, max_length=4096)
+    # An external bench's data folder under DATA_DIR (its default: the bench's `data`).
+    data: str | None = Field(default=None, min_length=1, max_length=4096)
     seed: Seed = 0

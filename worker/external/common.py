@@ -40,6 +40,16 @@ class BenchRow:
     curve: list[tuple[float, float]] = field(default_factory=list)
 
 
+@dataclass
+class Scored:
+    """A model trained elsewhere that a bench scores beside its baselines (a service bench's
+    router): its name in the report, the policy, and the corpus knobs its rows were shaped by."""
+
+    name: str
+    policy: Policy
+    knobs: dict[str, Any] = field(default_factory=dict)
+
+
 class ExternalBench(Protocol):
     name: str
 

@@ -41,7 +41,12 @@ from core.schemas.corpus import CorpusSpec
 from worker.corpus import build_corpus
 from worker.corpus.routellm import MMLU_GLOB, evals_folder
 from worker.external import routing
-from worker.external.common import LEARNED, BenchRow, Log, train_policy
+from worker.external.common import LEARNED, BenchRow, Log, Scored, train_policy
+
+# The trm keeps its epoch of least val loss: a router is swept by threshold across prompts, so
+# what counts is how its scores rank the prompts, not how often the pick of each is right (82%
+# of MMLU rows want the weak model: by accuracy the first, constant epoch always wins).
+TRM_CONFIG = {"select_by": "loss"}
 
 ANCHOR_SEED = 0
 UNSEEN_SHARE = 0.25
@@ -207,14 +212,7 @@ class RouteLlmBench:
         self, work: Path, data: Path | None, methods: list[str], seeds: list[int], log: Log
     ) -> list[BenchRow]:
         evals = locate(data)
-        corpus = work / "corpus"
-        result = build_corpus(CorpusSpec.model_validate(corpus_spec(evals)), corpus)
-        counters = result.counters
-        log(
-            f"routellm: corpus from {evals}: {counters['rows_read']} read, "
-            f"{counters['rows_invalid']} left out ({result.manifest['invalid']}), "
-            f"train {counters['train']}, val {counters['val']}, anchor {counters['anchor']}"
-        )
+        corpus = self._corpus(evals, work / "corpus", {}, log)
         sets = anchor_sets(corpus)
         rows: list[BenchRow] = []
         if "baselines" in methods:
@@ -225,6 +223,43 @@ class RouteLlmBench:
             for method in learned:
                 rows += self._learned(method, training, sets, seeds, work, log)
         return rows
+
+    def score(
+        self, work: Path, data: Path, models: list[Scored], seeds: list[int], log: Log
+    ) -> list[BenchRow]:
+        """The baselines and models trained elsewhere (a service bench's sides) on the anchors.
+        Each model reads the anchors shaped by its own corpus knobs (the rows it trained on)."""
+        evals = locate(data)
+        corpus = self._corpus(evals, work / "corpus", {}, log)
+        sets = anchor_sets(corpus)
+        rows = self._baselines(corpus, sets, seeds, log)
+        for model in models:
+            shaped = sets
+            if model.knobs:
+                digest = hashlib.sha256(json.dumps(model.knobs, sort_keys=True).encode())
+                folder = work / f"corpus-{digest.hexdigest()[:12]}"
+                shaped = anchor_sets(self._corpus(evals, folder, model.knobs, log))
+                if [len(s.states) for s in shaped] != [len(s.states) for s in sets]:
+                    raise ValueError(f"{model.name}: its corpus knobs {model.knobs} change which "
+                                     "prompts are anchors; bench it without them")  # fmt: skip
+            for anchors, states in zip(sets, shaped, strict=True):
+                scores = policy_scores(model.policy, states)
+                rows.append(curve_row(anchors, model.name, [scores]))
+            log(f"routellm {model.name}: scored on {sum(len(s.states) for s in sets)} prompts")
+        return rows
+
+    def _corpus(self, evals: Path, out: Path, knobs: dict[str, Any], log: Log) -> Path:
+        spec = corpus_spec(evals)
+        if knobs:
+            spec["knobs"] = knobs
+        result = build_corpus(CorpusSpec.model_validate(spec), out)
+        counters = result.counters
+        log(
+            f"routellm: corpus from {evals}: {counters['rows_read']} read, "
+            f"{counters['rows_invalid']} left out ({result.manifest['invalid']}), "
+            f"train {counters['train']}, val {counters['val']}, anchor {counters['anchor']}"
+        )
+        return out
 
     def _baselines(
         self, corpus: Path, sets: list[AnchorSet], seeds: list[int], log: Log
@@ -256,7 +291,8 @@ class RouteLlmBench:
         per_set: list[list[np.ndarray]] = [[] for _ in sets]
         seconds = []
         for seed in seeds:
-            policy, took = train_policy(method, corpus, work / f"{method}-{seed}", seed)
+            config = TRM_CONFIG if method.startswith("trm") else None
+            policy, took = train_policy(method, corpus, work / f"{method}-{seed}", seed, config)
             seconds.append(took)
             for i, anchors in enumerate(sets):
                 per_set[i].append(policy_scores(policy, anchors))

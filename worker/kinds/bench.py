@@ -52,6 +52,9 @@ def _resolve(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
         resolved = resolve_bench(spec, settings.runs_dir, settings.data_dir, settings.model_cache)
     except ResolveError as exc:
         raise StageFailure(exc.failure_class, exc.reason) from None
+    if resolved.get("external"):
+        resolved["run_id"] = ctx.run_id
+        return resolved  # its data folder was checked by resolve_external
     source = resolved["source"]
     if resolved["generated"]:
         from worker.envs.benchdata import ensure_bench_data
@@ -74,6 +77,7 @@ def resolve(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     ctx.outputs.append(ctx.run_dir / BENCH_RESOLVED)
     return {
         "bench": resolved["bench"],
+        "data": resolved.get("data") or resolved["source"]["path"],
         "baseline": resolved["baseline"]["ref"],
         "router": resolved["router"]["ref"],
         "repeats": resolved["repeats"],
@@ -84,6 +88,12 @@ def plan(ctx: StageContext, spec: dict[str, Any]) -> dict[str, str]:
     """Dry run: resolve and validate, write bench.resolved.json, score nothing."""
     resolved = _resolve(ctx, spec)
     write_json_atomic(ctx.run_dir / BENCH_RESOLVED, resolved)
+    if resolved.get("external"):
+        return {
+            "resolve": f"resolved config written to {BENCH_RESOLVED}",
+            "evaluate": f"would score {resolved['router']['ref']} beside the "
+            f"{resolved['external']} baselines on the anchors of {resolved['data']}",
+        }
     return {
         "resolve": f"resolved config written to {BENCH_RESOLVED}",
         "evaluate": f"would score {resolved['baseline']['ref']} against "
@@ -112,6 +122,10 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     # Resolved again, never read back from bench.resolved.json: a file in the run directory
     # must not steer the worker (that file is the record for people).
     resolved = _resolve(ctx, spec)
+    if resolved.get("external"):
+        from worker.evaluate.external import evaluate_external
+
+        return evaluate_external(ctx, resolved)
     repeats = int(resolved["repeats"])
     sides: dict[str, dict[str, Any]] = {}
     samples_out: list[dict[str, Any]] = []
