@@ -26,7 +26,7 @@ from core.notify import check_notify_url
 from core.paths import resolve_api_paths
 from core.queue import enqueue_many
 from core.runstate import set_status
-from core.schemas.specs import SPEC_MODELS, queue_for, step_limits
+from core.schemas.specs import SPEC_MODELS, queue_for, step_limits, work_seconds
 from core.schemas.strings import refuse_unstorable, string_problem
 from core.settings import Settings
 from core.submit_checks import check_submit
@@ -101,6 +101,16 @@ def validate_spec(body: Any, settings: Settings) -> Any:
                 f"{field}: {asked} is over this server's limit of {limit}",
                 [{"field": field, "message": f"at most {limit}"}],
             )
+    # Work, not steps: refused when over TRM_MAX_SECONDS, unless a budget stops the run in time.
+    work = work_seconds(spec)
+    if work is not None and spec.budget.max_seconds is None and work[1] > settings.max_seconds:
+        field, seconds, how = work
+        message = (
+            f"{how} is {seconds:.0f} s of work, over this server's limit of "
+            f"{settings.max_seconds} s (TRM_MAX_SECONDS); lower {field} or set budget.max_seconds"
+        )
+        raise ApiError(422, "validation_error", f"{field}: {message}",
+                       [{"field": field, "message": message}])  # fmt: skip
     if spec.notify is not None:
         refusal = check_notify_url(spec.notify.url, settings)
         if refusal:

@@ -54,3 +54,14 @@ def step_limits(spec: CommonSpec) -> list[tuple[str, int | None]]:
     if isinstance(spec, SelftestSpec):
         return [("steps", spec.steps)]
     return []
+
+
+def work_seconds(spec: CommonSpec) -> tuple[str, float, str] | None:
+    """(field to lower, seconds, how they were counted) for a spec whose work the API can know
+    before it runs, checked against TRM_MAX_SECONDS: a step count bounds steps, not work (a
+    selftest of 1,000,000 steps x 60 s would hold its slot for 694 days). None: not known here
+    (a trainer's work is estimated on the worker once the corpus is known)."""
+    if isinstance(spec, SelftestSpec):
+        how = f"steps={spec.steps} x step_seconds={spec.step_seconds:g}"
+        return "steps", spec.steps * spec.step_seconds, how
+    return None

@@ -23,6 +23,17 @@ and the libraries (~0.5-1 GB): a refusal means the run cannot fit, not that it m
   not estimated (the trainer says where to put it).
 - **gbdt** (worker/train/gbdt.py): the candidate matrix, rows x candidates x features x 8 bytes
   (float64), and LightGBM's binned copy (1 byte a value).
+
+Work, for the trm (`MAX_STEPS` bounds steps, not work: at the schema's largest knobs one step
+took 74.7 s, at the defaults 0.06 s): the floating-point operations of one optimizer step,
+supervision_steps x rows (batch_size x grad_accum) x candidates a row (the corpus's mean) x
+(32 H^2 (n + 1) (cycles + 2) + 6 (width H + H^2)): `f` is two set layers of 3H->2H->H (16 H^2
+FLOPs each per candidate), run n + 1 times a cycle; the last cycle also runs backward (twice its
+forward), and the embedding runs forward and backward every supervision step. Converted to
+seconds at `FLOPS_PER_S`, a rate above what the device reaches on this model (one CPU thread
+measured 20-72 GFLOP/s at hidden 64-1024; an H100 does 67 TFLOP/s in float32 at its peak), the
+estimate is a lower bound: a run refused by it cannot finish within TRM_MAX_SECONDS. A run that
+passes is measured as it goes (worker/kinds/train.py, BudgetCallbacks).
 """
 
 from __future__ import annotations
@@ -59,6 +70,8 @@ WIDTH_SAMPLE = 200
 BYTES_PER_TOKEN = 8
 # A named base model's linear weights at 4 bits (bitsandbytes nf4 plus its scales).
 NF4_BYTES = 0.55
+# FLOP/s a trm step is converted at, by device: generous on purpose (see the module's docstring).
+FLOPS_PER_S = {"cpu": 1e12, "cuda": 1e14}
 
 
 @dataclass
@@ -69,12 +82,27 @@ class Footprint:
     bytes: int | None  # None: not estimated (a base model not on this machine)
     parts: dict[str, int] = field(default_factory=dict)
     shape: dict[str, Any] = field(default_factory=dict)  # what the estimate was computed from
+    step_flops: float | None = None  # one optimizer step's work; None: not estimated
+    flops_formula: str = ""  # how `step_flops` was counted, with the knobs' values
 
     def describe(self) -> str:
+        work = f"; at least {self.seconds():.3g} s of work" if self.step_flops is not None else ""
         if self.bytes is None:
-            return f"{self.steps} steps ({self.steps_formula}); memory not estimated"
+            return f"{self.steps} steps ({self.steps_formula}); memory not estimated{work}"
         parts = ", ".join(f"{k} {gib(v)}" for k, v in self.parts.items())
-        return f"{self.steps} steps ({self.steps_formula}); about {gib(self.bytes)} ({parts})"
+        return f"{self.steps} steps ({self.steps_formula}); about {gib(self.bytes)} ({parts}){work}"
+
+    def seconds(self, device: str | None = None) -> float:
+        """The least time the steps can take on `device` (this worker's when None)."""
+        rate = FLOPS_PER_S[device or training_device()]
+        return self.steps * (self.step_flops or 0.0) / rate
+
+
+def training_device() -> str:
+    """'cuda' when the trainers here train on a GPU (torch's choice, as theirs), else 'cpu'."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def gib(n: int) -> str:
@@ -146,7 +174,18 @@ def trm_footprint(
     }
     shape = {"rows": len(rows), "widest_row": widest, "feature_width": width, "hidden": hidden,
              "n_recursions": n, "batch_size": micro}  # fmt: skip
-    return Footprint("trm", steps, formula, sum(parts.values()), parts, shape)
+    cycles, sup = int(cfg["cycles"]), 1 if probe else int(cfg["supervision_steps"])
+    rows_in_step = min(micro * (1 if probe else accum), max(len(rows), 1))
+    mean_candidates = sum(len(r["tools"]) for r in rows) / len(rows) if rows else 0.0
+    per_candidate = 32 * hidden**2 * (n + 1) * (cycles + 2) + 6 * (width * hidden + hidden**2)
+    flops = sup * rows_in_step * mean_candidates * per_candidate
+    flops_formula = (
+        f"trm.supervision_steps={sup} x {rows_in_step} rows x {mean_candidates:.1f} candidates x "
+        f"trm.hidden={hidden}, trm.n_recursions={n}, trm.cycles={cycles}: "
+        f"{flops:.3g} FLOPs a step"
+    )
+    return Footprint("trm", steps, formula, sum(parts.values()), parts, shape, flops,
+                     flops_formula)  # fmt: skip
 
 
 # ---- gbdt ----------------------------------------------------------------------------------
@@ -266,9 +305,17 @@ def free_memory() -> tuple[int, str]:
     return int(psutil.virtual_memory().available), "available RAM"
 
 
-def check(footprint: Footprint, max_steps: int, free: tuple[int, str] | None = None) -> None:
-    """`bad_input` when the run asks for more steps than `max_steps` or more memory than is
-    free; the message names the knobs and gives the figures."""
+def check(
+    footprint: Footprint,
+    max_steps: int,
+    free: tuple[int, str] | None = None,
+    max_seconds: float | None = None,
+    device: str | None = None,
+) -> None:
+    """`bad_input` when the run asks for more steps than `max_steps`, more work than
+    `max_seconds` can hold on `device` (None: not checked, as for a run with a budget, which
+    stops it in time) or more memory than is free; the message names the knobs and gives the
+    figures."""
     if footprint.steps > max_steps:
         raise StageFailure(
             "bad_input",
@@ -276,6 +323,19 @@ def check(footprint: Footprint, max_steps: int, free: tuple[int, str] | None = N
             f" over this server's limit of {max_steps} (TRM_MAX_STEPS); lower the epochs or set "
             f"{footprint.trainer}.max_steps",
         )
+    if max_seconds is not None and footprint.step_flops is not None:
+        where = device or training_device()
+        seconds = footprint.seconds(where)
+        if seconds > max_seconds:
+            raise StageFailure(
+                "bad_input",
+                f"{footprint.trainer} would take at least {seconds:.3g} s: {footprint.steps} "
+                f"steps ({footprint.steps_formula}) x {footprint.flops_formula}, at "
+                f"{FLOPS_PER_S[where]:.0e} FLOP/s on {where}; over this server's limit of "
+                f"{max_seconds:g} s (TRM_MAX_SECONDS); lower trm.max_steps or trm.epochs, "
+                f"trm.supervision_steps, trm.hidden, trm.n_recursions, trm.cycles or "
+                f"trm.batch_size, or set budget.max_seconds",
+            )
     if footprint.bytes is None:
         return
     available, what = free if free is not None else free_memory()
