@@ -41,6 +41,9 @@ class TrmTrainerConfig(StrictModel):
     halt_weight: float = Field(default=0.5, ge=0, le=10)
     # Share of the features removed from each training row (all its candidates alike).
     feature_dropout: float = Field(default=0.0, ge=0, lt=1)
+    # Which val figure picks the epoch kept: `accuracy` (ties: the lower loss), or `loss` where
+    # the score is a ranking across rows (a router swept by threshold), not the pick of each.
+    select_by: Literal["accuracy", "loss"] = "accuracy"
     checkpoint_every: int = Field(default=200, ge=1, le=MAX_COUNT)
 
 

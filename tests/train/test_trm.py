@@ -126,6 +126,17 @@ def test_training_keeps_the_best_val_epoch_and_stops_after_patience(route_corpus
         assert result["steps"] == result["total_steps"]
 
 
+def test_select_by_loss_keeps_the_epoch_of_least_val_loss(route_corpus, tmp_path) -> None:
+    """A router swept by threshold is judged on how its scores rank, not on each pick: the
+    epoch kept is the one of least val loss, even where another has the better accuracy."""
+    callbacks = TrainerCallbacks()
+    config = {"select_by": "loss", "epochs": 6, "patience": 6, "hidden": 16}
+    result = train(config, route_corpus, tmp_path / "trm", callbacks, seed=0)
+    losses = [e["val_loss"] for e in callbacks.evals]
+    least = min(range(len(losses)), key=lambda i: (losses[i], i))
+    assert result["best_epoch"] == callbacks.evals[least]["epoch"]
+
+
 def test_saved_model_reloads_and_scores_like_the_trained_one(route_corpus, trained) -> None:
     out, result, _ = trained
     policy = load_trm(out)

@@ -285,7 +285,8 @@ def _train(
         epoch_end = step % steps_per_epoch == 0 or step == total
         since = 0
         if epoch_end:
-            since = _select(model, ema, val, sup, device, best, epoch, callbacks, step)
+            since = _select(model, ema, val, sup, device, best, epoch, callbacks, step,
+                            cfg["select_by"])  # fmt: skip
         if since >= cfg["patience"]:
             break  # early stopping: no better val accuracy for `patience` epochs
         if not probe and step % int(cfg["checkpoint_every"]) == 0 and step < total:
@@ -331,22 +332,24 @@ def _select(
     epoch: int,
     callbacks: TrainerCallbacks,
     step: int,
+    select_by: str = "accuracy",
 ) -> int:
     """End of an epoch: keep the averaged weights when their val accuracy beats the best so far,
     or equals it at a lower val loss (a few hundred val rows make accuracy coarse: ties are
     common, and the first of them is often an undertrained epoch). With no val split every
-    epoch is kept: the last one wins. Epochs since the best."""
+    epoch is kept: the last one wins. `select_by="loss"`: the lowest val loss wins. Epochs since
+    the best."""
     training = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
     model.load_state_dict(ema.weights)
     eval_pass = partial(callbacks.on_pass, "eval")
     score, loss = evaluate(model, val, steps, device, eval_pass) if len(val) else (None, None)
     model.load_state_dict(training)
     callbacks.on_eval(step, epoch=epoch, val_accuracy=score, val_loss=loss)
-    better = (
-        score is None
-        or score > best["accuracy"]
-        or (score == best["accuracy"] and loss is not None and loss < best.get("loss", math.inf))
-    )
+    lower = loss is not None and loss < (best.get("loss") or math.inf)
+    if select_by == "loss" and loss is not None:
+        better = lower
+    else:
+        better = score is None or score > best["accuracy"] or (score == best["accuracy"] and lower)
     if better:
         best.update(accuracy=score if score is not None else -1.0, loss=loss, epoch=epoch,
                     since=0)  # fmt: skip
