@@ -14,7 +14,7 @@ from core.translate.corpus import looks_like_skill_corpus_spec, translate_corpus
 
 # The largest spec file the API reads (the default TRM_MAX_BODY_BYTES): a spec file of the skill
 # is a few KiB, and one named in a request is bounded like the request's own body, never read
-# whole into the API's memory (four requests naming a 297 MiB file took 1.9 GiB).
+# whole into the API's memory (four requests naming a 297 MiB file took it to 2.5 GiB).
 MAX_SPEC_FILE_BYTES = 1024 * 1024
 
 
@@ -62,7 +62,8 @@ class Reader:
         if size > MAX_SPEC_FILE_BYTES or len(data) > MAX_SPEC_FILE_BYTES:
             message = (
                 f"{where}: {raw} is {max(size, len(data))} bytes, over the {MAX_SPEC_FILE_BYTES}"
-                "-byte limit of a spec file (name the data it refers to as a source path instead)"
+                "-byte limit of a spec file (a spec file of the skill is a few KiB; name a data "
+                "file as a source's path instead)"
             )
             raise ApiError(
                 413, "payload_too_large", message, [{"field": where, "message": message}]

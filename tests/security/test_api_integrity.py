@@ -90,7 +90,7 @@ def test_a_slowly_resolving_webhook_host_does_not_delay_other_submissions(
     def slow_resolver(host: Any, *args: Any, **kwargs: Any) -> Any:
         if str(host).endswith("slow.test"):
             lookups.append(str(host))
-            time.sleep(3)
+            time.sleep(5)
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
         return resolve(host, *args, **kwargs)
 
@@ -126,7 +126,7 @@ def test_a_slowly_resolving_webhook_host_does_not_delay_other_submissions(
         assert "not allowed" in refused.message
     accepted = answers[3:]
     assert all(isinstance(a, tuple) and a[1] for a, _ in accepted), accepted
-    assert max(seconds for _, seconds in answers) < 2.5, answers
+    assert max(seconds for _, seconds in answers) < 4, answers  # below one slow lookup
 
 
 @SHARED
