@@ -5,6 +5,7 @@ the child went on training, and the worker started a second gpu run beside it.""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import datetime
 from pathlib import Path
@@ -12,10 +13,15 @@ from pathlib import Path
 import psutil
 import pytest
 
+from core.db import make_engine
+from core.events import Publisher
+from core.redisconn import sync_redis
 from core.rundir import CHILD_PAYLOAD
 from core.settings import Settings
-from tests.conftest import Service
+from tests.conftest import Service, run_async
 from tests.fault.helpers import loop_spec
+from worker.main import run_job
+from worker.runner import Runner
 
 JOB_TIMEOUT_S = 4
 
@@ -62,3 +68,33 @@ def test_the_job_timeout_stops_the_stage_process_and_keeps_one_run_per_slot(
     ended = datetime.fromisoformat(done["attempts"][-1]["ended_at"])
     started = datetime.fromisoformat(after["attempts"][0]["started_at"])
     assert started >= ended, f"the second gpu run started at {started}, before {ended}"
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_arqs_own_timeout_holds_the_slot_until_the_attempt_has_ended(
+    service: Service, settings: Settings
+) -> None:
+    """arq times a job out with `asyncio.wait_for`, which cancels the coroutine; the attempt runs
+    in a thread that a cancel does not reach. The job now stops the attempt and returns only once
+    it has ended, so arq frees the slot when nothing of the run is left running."""
+    run = service.submit(loop_spec(200, 0.05, queue="gpu"))  # 10 s of steps; no worker takes it
+    engine = make_engine(settings.database_url)
+    runner = Runner(settings, Publisher(engine, sync_redis(settings), settings), "in-test")
+    payload = settings.runs_dir / run["id"] / "loop" / CHILD_PAYLOAD
+
+    async def arq_times_it_out() -> None:
+        job = asyncio.ensure_future(run_job({"runner": runner}, run["id"], 1))
+        for _ in range(200):  # until the stage process is up: the job is well under way
+            if children_of(payload):
+                break
+            await asyncio.sleep(0.1)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(job, timeout=0.5)
+
+    try:
+        run_async(arq_times_it_out())
+    finally:
+        engine.dispose()
+    assert not children_of(payload), "the stage process outlived its job"
+    done = service.run(run["id"])
+    assert (done["status"], done["failure_class"]) == ("failed", "timeout"), done
