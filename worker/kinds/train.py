@@ -522,4 +522,18 @@ STAGES = (
     StageDef("launch_trainer", launch_trainer, in_child=True, weight=8),
     StageDef("evaluate", evaluate, in_child=True, weight=2),
 )
-KIND = Kind("train", STAGES, plan, data_source=corpus_sources)
+
+
+def train_summary(run_dir: Path) -> dict[str, Any]:
+    """summary.json's `top_features`, when the trainer lists them (gbdt: its features of most
+    gain, each `{feature, gain, meaning}`, the meaning in words from explain()), read from
+    launch_trainer's manifest, where the trainer's result is kept."""
+    try:
+        manifest = json.loads((run_dir / "launch_trainer" / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    top = (manifest.get("result") or {}).get("top_features") if isinstance(manifest, dict) else None
+    return {"top_features": top} if isinstance(top, list) and top else {}
+
+
+KIND = Kind("train", STAGES, plan, data_source=corpus_sources, summary=train_summary)
