@@ -1,5 +1,6 @@
 // Inline SVG plots drawn from the API's data (no chart library, nothing from the internet).
-// Three shapes: a line chart (loss, eval accuracy over steps), the hill-climb chart (anchor score
+// Three shapes: a line chart (loss, eval accuracy over steps; an external bench's cost/quality
+// curves, quality over the share of strong calls), the hill-climb chart (anchor score
 // per candidate with best-so-far, branches, failures and rung moves), the bench chart (baseline
 // vs router per family with 95% intervals). A plot needs two points: a series, a search or a bench
 // with one value is said as a line of text instead ("eval accuracy · anchor_score 0.72 at step 40
@@ -92,21 +93,22 @@ const TrmPlots = (() => {
 
   // series: [{name, points: [[x, y], ...]}]; the y domain starts at 0 unless told otherwise.
   // Series of two points or more are drawn; a series of one is a line of text below the plot.
-  function lineChart({ title, series, xLabel, yLabel, yDomain }) {
+  // `xTicks` for an x axis of fractions (the default ticks are whole steps); `cls` names the svg.
+  function lineChart({ title, series, xLabel, yLabel, yDomain, xTicks, cls }) {
     const drawn = series.filter((s) => s.points.length >= 2);
     const single = series.filter((s) => s.points.length === 1).map((s) => {
       const [px, py] = s.points[0];
       return onePoint(`${title} · ${s.name} ${fmt(py)} at ${xLabel} ${px}`, { "data-plot": title, "data-series": s.name });
     });
-    return group([...(drawn.length ? [linePlot({ title, series: drawn, xLabel, yLabel, yDomain })] : []), ...single]);
+    return group([...(drawn.length ? [linePlot({ title, series: drawn, xLabel, yLabel, yDomain, xTicks, cls })] : []), ...single]);
   }
 
-  function linePlot({ title, series, xLabel, yLabel, yDomain }) {
+  function linePlot({ title, series, xLabel, yLabel, yDomain, xTicks, cls }) {
     const all = series.flatMap((s) => s.points);
     const xs = all.map((p) => p[0]), ys = all.map((p) => p[1]);
     const xDomain = [Math.min(...xs, 0), Math.max(...xs, 1)];
     const yd = yDomain || [Math.min(0, ...ys), Math.max(...ys, 1e-9) * 1.05];
-    const { svg, x, y } = frame(title, xDomain, yd, xLabel, yLabel);
+    const { svg, x, y } = frame(title, xDomain, yd, xLabel, yLabel, { xTicks, cls });
     series.forEach((s, i) => {
       const cls = `series s${i}`;
       const g = node("g", { class: cls, "data-series": s.name, "data-points": s.points.length }, svg);
@@ -115,7 +117,7 @@ const TrmPlots = (() => {
       if (s.points.length <= 60) {
         for (const [px, py] of s.points) {
           const c = node("circle", { cx: x(px), cy: y(py), r: 2.5, class: "dot" }, g);
-          node("title", {}, c, `${s.name} ${fmt(py)} at step ${px}`);
+          node("title", {}, c, `${s.name} ${fmt(py)} at ${xLabel} ${px}`);
         }
       }
     });

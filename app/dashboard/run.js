@@ -8,6 +8,8 @@ const EVAL_KEY = /(acc|accuracy|anchor|score)/i;
 const WRAPPED = new Set(["knob_diff", "reason"]); // ledger columns of free text
 // The run page replays only this many of a run's latest events (plots show their window).
 const RECENT_EVENTS = 200;
+// A train run's features of most gain shown on its page (the summary may list more).
+const TOP_FEATURES = 10;
 
 // Scorecards (worker/evaluate, format trm-scorecard/1) keep each score as {value, n, ci95} under
 // `scores`, and the plain number at the top level; a bench adds `baseline`, `router`, `delta`.
@@ -58,13 +60,15 @@ const interval = (s) => (s.lo !== null && s.hi !== null ? `[${num(s.lo)}, ${num(
 views.run = {
   enter(id) {
     this.leave();
-    Object.assign(this, { id, run: null, metrics: [], ledger: null, scorecard: null, artifacts: [], corpusManifest: null });
+    Object.assign(this, { id, run: null, metrics: [], ledger: null, scorecard: null, artifacts: [], corpusManifest: null, summary: null });
     for (const sel of ["#run-card", "#run-facts", "#run-plots", "#run-stages", "#run-artifacts", "#run-spec", "#run-scorecard", "#run-ledger"]) $(sel).replaceChildren();
     setText($("#run-title"), `Run ${id}`);
     setText($("#run-live"), "");
     $("#run-failure").hidden = true;
     $("#run-cancel").hidden = true;
     $("#run-scorecard-box").hidden = true;
+    $("#run-features-box").hidden = true;
+    $("#run-features").replaceChildren();
     $("#run-ledger-box").hidden = true;
     $("#run-cancel").onclick = () => this.cancel();
     this.refreshRun = throttle(() => this.loadRun(), 500);
@@ -144,6 +148,11 @@ views.run = {
     if (card) {
       const resp2 = await api(this.artifactUrl(card.path));
       if (resp2.ok) { this.scorecard = await resp2.json(); this.renderScorecard(); this.drawPlots(); }
+    }
+    // A finished train run's summary: the model's features of most gain (worker/kinds/train.py).
+    if (!this.summary && this.artifacts.some((a) => a.path === "summary.json")) {
+      const resp4 = await api(this.artifactUrl("summary.json"));
+      if (resp4.ok) { this.summary = await resp4.json(); this.renderFeatures(); }
     }
     // The corpus builder's own manifest (corpus.plan.json on a dry run) has the invalid-row reasons.
     const corpus = ["corpus/manifest.json", "corpus.plan.json"].find((p) => this.artifacts.some((a) => a.path === p));
@@ -258,6 +267,17 @@ views.run = {
     }
     $("#run-scorecard").replaceChildren(...tables);
   },
+  // The first TOP_FEATURES of the trainer's `top_features` ({feature, gain, meaning}), each in
+  // words first, its column name and gain beside it.
+  renderFeatures() {
+    const top = (this.summary && Array.isArray(this.summary.top_features)) ? this.summary.top_features : [];
+    $("#run-features-box").hidden = !top.length;
+    const most = Math.max(...top.map((f) => f.gain || 0), 1e-12);
+    $("#run-features").replaceChildren(...top.slice(0, TOP_FEATURES).map((f) => h("li", { "data-feature": f.feature },
+      h("span", { class: "meaning" }, f.meaning || f.feature), " ",
+      h("code", { class: "muted small", title: "feature name" }, f.feature), " ",
+      h("span", { class: "muted small", title: `gain ${f.gain}` }, `gain ${Math.round((100 * (f.gain || 0)) / most)}%`))));
+  },
   renderLedger() {
     $("#run-ledger-box").hidden = false;
     const cols = ["seq", "candidate_id", "event", "parent_id", "rung", "knob_diff", "status", "train_score", "anchor_score", "generalization_gap", "decision", "reason"];
@@ -279,6 +299,24 @@ views.run = {
     return [...last.values()].sort((a, b) => a.seq - b.seq).map((e, i) => ({
       n: i + 1, id: e.candidate_id, score: typeof e.anchor_score === "number" && e.decision !== "failed" ? e.anchor_score : null,
       decision: e.decision, rung: e.rung, reason: e.reason,
+    }));
+  },
+  // An external bench's cost/quality curves (worker/evaluate/external.py: scorecard `methods`,
+  // each with its `curve` of [share of strong calls, quality]): one plot per anchor set, one line
+  // per router, the router first.
+  curveCharts() {
+    const methods = this.scorecard && Array.isArray(this.scorecard.methods) ? this.scorecard.methods : [];
+    const sets = new Map();
+    for (const m of methods) {
+      if (!Array.isArray(m.curve) || !m.curve.length) continue;
+      if (!sets.has(m.anchors)) sets.set(m.anchors, []);
+      sets.get(m.anchors).push({ name: m.method, points: m.curve });
+    }
+    const first = (s) => (s.name === "router" ? 0 : s.name === "baseline" ? 1 : 2);
+    return [...sets].map(([anchors, series]) => TrmPlots.lineChart({
+      title: `cost/quality · ${anchors}`, xLabel: "share of strong calls", yLabel: "quality",
+      yDomain: [0, 1], xTicks: [0, 0.25, 0.5, 0.75, 1], cls: "curve",
+      series: series.sort((a, b) => first(a) - first(b)),
     }));
   },
   drawPlots() {
@@ -307,7 +345,9 @@ views.run = {
     if (byStage.size) plots.push(TrmPlots.lineChart({ title: "training loss", xLabel: "step", yLabel: "loss", series: [...byStage].map(([stage, points]) => ({ name: `loss (${stage})`, points })) }));
     if (evals.size) plots.push(TrmPlots.lineChart({ title: "eval accuracy", xLabel: "step", yLabel: "accuracy", yDomain: [0, 1], series: [...evals].map(([name, points]) => ({ name, points })) }));
     const sc = this.scorecard;
-    if (sc && sc.baseline && sc.router && typeof sc.baseline === "object") {
+    // An external bench's figure is its data set's metric (APGR runs past 1), not a share of
+    // anchors: its curves below say what the per-family chart would.
+    if (sc && sc.baseline && sc.router && typeof sc.baseline === "object" && !sc.external) {
       const [base, router] = [families(sc.baseline), families(sc.router)];
       const rows = [{ family: "anchor (all)", baseline: score(sc.baseline, "anchor_score"), router: score(sc.router, "anchor_score") }];
       for (const f of new Set([...Object.keys(base), ...Object.keys(router)])) {
@@ -315,6 +355,7 @@ views.run = {
       }
       plots.push(TrmPlots.benchChart(rows));
     }
+    for (const chart of this.curveCharts()) plots.push(chart);
     if (!plots.length) plots.push(h("p", { class: "muted" }, "No metrics yet."));
     box.replaceChildren(...plots);
   },

@@ -74,6 +74,11 @@ def test_a_routellm_bench_scores_a_trained_router_by_apgr(
     service.start_worker()
     done = service.wait_status(trained["id"], "completed", "failed", timeout=90)
     assert done["status"] == "completed", done.get("failure_reason")
+    # The gbdt router's features of most gain reach its summary, each said in words.
+    summary = json.loads((settings.run_dir(trained["id"]) / "summary.json").read_text())
+    top = summary["top_features"]
+    assert top and top[0]["gain"] >= top[-1]["gain"] > 0
+    assert all(f["feature"] and f["meaning"] for f in top)
 
     response = service.http.post("/benches/routellm", json={"router": trained["id"]})
     assert response.status_code == 202, response.text

@@ -83,6 +83,32 @@ def evaluate_external(ctx: StageContext, resolved: dict[str, Any]) -> dict[str, 
         rows: list[BenchRow] = score(ctx.stage_dir, Path(resolved["data"]), models, seeds, log.info)
     except (FileNotFoundError, ValueError) as exc:
         raise StageFailure("dependency", f"bench {resolved['bench']}: {exc}") from None
+    card = scorecard(ctx.run_id, resolved, rows)
+    router, baseline = card["router"], card["baseline"]
+    routed = [row for row in rows if row.method == "router"]
+    write_json_atomic(ctx.run_dir / SCORECARD, card)
+    ctx.outputs.append(ctx.run_dir / SCORECARD)
+    scored = sum(row.n for row in routed)
+    ctx.counters["examples_scored"] = scored * len(models)
+    show_best(ctx.card, router)
+    ctx.progress(scored, scored, unit="rows", current_anchor=router["anchor_score"])
+    ctx.note(
+        f"{name} {router['metric']} on {', '.join(r.anchors for r in routed)}: router "
+        + ", ".join(f"{r.value:.3f}" for r in routed)
+        + f"; {baseline['ref']} "
+        + ", ".join(f"{r['anchor_score']['value']:.3f}" for r in baseline["per_family"].values())
+    )
+    return {
+        "router_anchor": router["anchor_score"],
+        "router_ci95": router["scores"]["anchor_score"]["ci95"],
+        "baseline_anchor": baseline["anchor_score"],
+        "delta": card["delta"]["anchor_score"]["value"],
+    }
+
+
+def scorecard(run_id: str, resolved: dict[str, Any], rows: list[BenchRow]) -> dict[str, Any]:
+    """The scorecard of a resolved external bench from its figures (see the module docstring):
+    `router` is the rows of method `router`; `baseline` those of the resolved baseline."""
     by_method: dict[str, list[BenchRow]] = {}
     for row in rows:
         by_method.setdefault(row.method, []).append(row)
@@ -104,11 +130,11 @@ def evaluate_external(ctx: StageContext, resolved: dict[str, Any]) -> dict[str, 
     }
     notes = [METRIC_NOTES[m] for m in dict.fromkeys((router["metric"], baseline["metric"]))
              if m in METRIC_NOTES]  # fmt: skip
-    card = {
+    return {
         "format": sc.FORMAT,
-        "run_id": ctx.run_id,
+        "run_id": run_id,
         "bench": resolved["bench"],
-        "external": name,
+        "external": resolved["external"],
         "metric": router["metric"],
         "data": resolved["data"],
         "repeats": resolved["repeats"],
@@ -119,22 +145,4 @@ def evaluate_external(ctx: StageContext, resolved: dict[str, Any]) -> dict[str, 
         "baseline": baseline,
         "methods": [_record(row) for row in rows],
         "notes": notes,
-    }
-    write_json_atomic(ctx.run_dir / SCORECARD, card)
-    ctx.outputs.append(ctx.run_dir / SCORECARD)
-    scored = sum(row.n for row in by_method["router"])
-    ctx.counters["examples_scored"] = scored * len(models)
-    show_best(ctx.card, router)
-    ctx.progress(scored, scored, unit="rows", current_anchor=router["anchor_score"])
-    ctx.note(
-        f"{name} {router['metric']} on {', '.join(r.anchors for r in by_method['router'])}: router "
-        + ", ".join(f"{r.value:.3f}" for r in by_method["router"])
-        + f"; {baseline['ref']} "
-        + ", ".join(f"{r['anchor_score']['value']:.3f}" for r in baseline["per_family"].values())
-    )
-    return {
-        "router_anchor": router["anchor_score"],
-        "router_ci95": router["scores"]["anchor_score"]["ci95"],
-        "baseline_anchor": baseline["anchor_score"],
-        "delta": delta["anchor_score"]["value"],
     }

@@ -1,0 +1,123 @@
+"""What the run page shows of a model beyond its scores, in a real browser: an external bench's
+cost/quality curves (routellm) and a gbdt train run's features of most gain, in words."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlmodel import Session
+
+from core.db import make_engine
+from core.models import Run, utcnow
+from core.settings import Settings
+from tests.conftest import Service
+from tests.dashboard.conftest import screenshot
+
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+
+def insert_run(settings: Settings, kind: str, spec: dict[str, Any], files: dict[str, Any]) -> str:
+    """A finished run of `kind` and the JSON files of its run directory."""
+    engine = make_engine(settings.database_url)
+    with Session(engine) as db:
+        run = Run(
+            kind=kind, status="completed", queue="cpu", spec=spec, spec_hash="c" * 64,
+            phase="evaluate", percent=100.0, started_at=utcnow() - timedelta(seconds=30),
+            finished_at=utcnow(),
+        )  # fmt: skip
+        db.add(run)
+        db.commit()
+        run_id = str(run.id)
+    engine.dispose()
+    run_dir = settings.run_dir(run_id)
+    run_dir.mkdir(parents=True)
+    for name, content in files.items():
+        (run_dir / name).write_text(json.dumps(content))
+    return run_id
+
+
+def routellm_scorecard() -> dict[str, Any]:
+    """A routellm bench's scorecard as the worker writes it, from RouteLLM's metric on made-up
+    outcomes: a router that knows where only the strong model is right, beside the baselines."""
+    from worker.evaluate.external import scorecard
+    from worker.external import routing
+    from worker.external.routellm import AnchorSet, curve_row, model_row
+
+    rng = np.random.default_rng(0)
+    weak, strong = rng.random(200) < 0.6, rng.random(200) < 0.8
+    outcomes = routing.Outcomes.of(list(weak), list(strong))
+    anchors = AnchorSet("mmlu-unseen-subjects", [], [], outcomes, routing.resamples(200, count=100))
+    knowing = outcomes.oracle_scores() + rng.normal(0, 0.8, 200)
+    rows = [
+        curve_row(anchors, "random", [rng.random(200)]),
+        model_row(anchors, "always-weak"),
+        model_row(anchors, "always-strong"),
+        curve_row(anchors, "oracle", [outcomes.oracle_scores()]),
+        curve_row(anchors, "router", [knowing]),
+    ]
+    resolved = {
+        "bench": "routellm", "external": "routellm", "data": "/data/routellm", "repeats": 1,
+        "router": {"ref": "01ROUTER", "policy": {"type": "gbdt"}},
+        "baseline": {"ref": "random", "baseline": "random"},
+    }  # fmt: skip
+    return scorecard("01BENCH", resolved, rows)
+
+
+def test_a_routellm_bench_draws_its_cost_quality_curves(
+    service: Service, page: Any, settings: Settings, tmp_path: Path
+) -> None:
+    card = routellm_scorecard()
+    run_id = insert_run(settings, "bench", {"kind": "bench", "bench": "routellm"},
+                        {"scorecard.json": card})  # fmt: skip
+    page.goto(f"{service.url}/#/runs/{run_id}")
+    plot = page.locator("svg.curve")
+    plot.wait_for()
+    assert "cost/quality · mmlu-unseen-subjects" in (
+        plot.locator(".plot-title").text_content() or ""
+    )
+    lines = plot.locator("g.series")
+    names = [lines.nth(i).get_attribute("data-series") for i in range(lines.count())]
+    assert names == ["router", "random", "oracle"]  # the router first, one line per router
+    assert plot.locator('g.series[data-series="router"]').get_attribute("data-points") == "21"
+    assert page.locator("svg.bench").count() == 0  # APGR is no share of anchors: no 0..1 chart
+    # The two single models are one point each: said in words, not drawn as a lone dot.
+    singles = page.locator('#run-plots p.plot-single[data-plot^="cost/quality"]')
+    assert singles.count() == 2
+    # The scorecard's anchor score is the router's APGR, with its interval, beside random's.
+    anchor = page.locator('#run-scorecard tr[data-score="anchor score"]').text_content() or ""
+    low, high = card["router"]["scores"]["anchor_score"]["ci95"]
+    assert (
+        f"{card['router']['anchor_score']:.3f}" in anchor and f"[{low:.3f}, {high:.3f}]" in anchor
+    )
+    assert "APGR" in (page.locator("#run-scorecard").text_content() or "")
+    assert not page.errors, page.errors
+    screenshot(page, "routellm-bench-page.png", tmp_path)
+
+
+def test_a_gbdt_train_run_lists_its_top_features_in_words(
+    service: Service, page: Any, settings: Settings, tmp_path: Path
+) -> None:
+    from worker.features.kinds import explain
+
+    names = ["X:W:request.prompt:prove@strong", "A:routes.*.cost", "C:budget_left"]
+    top = [
+        {"feature": n, "gain": g, "meaning": explain(n)}
+        for n, g in zip(names, (90, 30, 3), strict=True)
+    ]
+    summary = {"status": "completed", "kind": "train", "top_features": top}
+    run_id = insert_run(settings, "train", {"kind": "train", "trainer": "gbdt"},
+                        {"summary.json": summary})  # fmt: skip
+    page.goto(f"{service.url}/#/runs/{run_id}")
+    page.locator("#run-features-box").wait_for(state="visible")
+    items = page.locator("#run-features li")
+    assert items.count() == 3
+    first = items.nth(0).text_content() or ""
+    assert "how often the context text `request.prompt` has the word" in first
+    assert "gain 100%" in first and "gain 3%" in (items.nth(2).text_content() or "")
+    assert not page.errors, page.errors
+    screenshot(page, "train-top-features.png", tmp_path)
