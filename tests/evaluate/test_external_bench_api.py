@@ -80,6 +80,14 @@ def test_a_routellm_bench_scores_a_trained_router_by_apgr(
     assert top and top[0]["gain"] >= top[-1]["gain"] > 0
     assert all(f["feature"] and f["meaning"] for f in top)
 
+    planned = service.http.post(
+        "/benches/routellm", params={"dry_run": "true"}, json={"router": trained["id"]}
+    )
+    assert planned.status_code == 202, planned.text
+    resolved = planned.json()["resolved"]
+    assert resolved["data"] == str(settings.data_dir / "routellm")
+    assert resolved["router"]["policy"]["type"] == "gbdt"
+
     response = service.http.post("/benches/routellm", json={"router": trained["id"]})
     assert response.status_code == 202, response.text
     bench = service.wait_status(response.json()["id"], "completed", "failed", timeout=90)
