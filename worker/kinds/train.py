@@ -11,8 +11,6 @@ read back: a file in the run directory must not steer the worker.
 from __future__ import annotations
 
 import json
-import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,7 +52,7 @@ from worker.evaluate.samples import read_jsonl, run_sample_cache, write_samples
 from worker.kinds.base import Kind, StageDef
 from worker.models import footprint
 from worker.models.rows import read_rows
-from worker.train.callbacks import StageCallbacks
+from worker.train.callbacks import BudgetCallbacks
 
 
 def corpus_sources(spec: dict[str, Any]) -> str | None:
@@ -155,67 +153,6 @@ CORPUS_FILES = {
     "gbdt": (TRAIN_ROWS, VAL_ROWS),
     "qlora": (MESSAGES, MESSAGES_VAL),
 }
-
-
-class BudgetCallbacks(StageCallbacks):
-    """Stage callbacks that also stop at the spec's `max_tokens` (the trainer reports its running
-    `tokens_trained` with each step); `max_seconds` is the context's deadline.
-
-    Two refusals as the steps go, both `bad_input` naming the knob to lower: a loss that is no
-    longer a number (the run diverged: `lr` names the learning rate knob and its value), and,
-    for a run without a budget, a measured step time x the steps left that would take the run
-    past TRM_MAX_SECONDS (the estimate before training is a lower bound; this one is measured
-    on this worker, from the second step on so that start-up is not counted)."""
-
-    def __init__(
-        self,
-        ctx: StageContext,
-        max_tokens: int | None,
-        lr: str = "the learning rate",
-        steps_formula: str = "",
-    ) -> None:
-        super().__init__(ctx)
-        self.max_tokens, self.tokens = max_tokens, 0
-        self.lr, self.steps_formula = lr, steps_formula
-        self.started = time.monotonic()
-        self.first: tuple[int, float] | None = None  # (step, when) of the first step reported
-
-    def on_step(self, step: int, total: int | None, **metrics: Any) -> None:
-        loss = metrics.get("loss")
-        if isinstance(loss, int | float) and not math.isfinite(loss):
-            raise StageFailure(
-                "bad_input",
-                f"training diverged: the loss became {loss} at step {step}; lower {self.lr} "
-                "(or the model's depth: n_recursions, cycles)",
-            )
-        self.tokens = int(metrics.get("tokens_trained", self.tokens))
-        self._check_pace(step, total)
-        super().on_step(step, total, **metrics)
-
-    def _check_pace(self, step: int, total: int | None) -> None:
-        now = time.monotonic()
-        if self.first is None:
-            self.first = (step, now)
-            return
-        if not total or self.ctx.deadline is not None:  # a budget stops the run in time
-            return
-        first_step, first_at = self.first
-        per_step = (now - first_at) / max(step - first_step, 1)
-        projected = (now - self.started) + per_step * (total - step)
-        limit = self.ctx.settings.max_seconds
-        if projected > limit:
-            raise StageFailure(
-                "bad_input",
-                f"at {per_step:.3g} s a step measured here, {total} steps "
-                f"({self.steps_formula or 'the run'}) would take about {projected:.0f} s, over "
-                f"this server's limit of {limit} s (TRM_MAX_SECONDS); lower the steps, the "
-                "model's size, or set budget.max_seconds",
-            )
-
-    def should_stop(self) -> str | None:
-        if self.max_tokens and self.tokens >= self.max_tokens:
-            return "budget"
-        return super().should_stop()
 
 
 def trainer_function(name: str) -> Callable[..., dict[str, Any]]:
