@@ -32,3 +32,19 @@ def test_the_speed_knobs_memory_is_in_the_estimate_and_off_takes_it_out(tmp_path
     assert 400 * 1024**2 < copy < 500 * 1024**2  # SmolLM2's linear weights, float32
     assert fast - lean == kept + copy
     assert not any("kept" in k or "dequantized" in k for k in lean_parts)
+
+
+def test_the_first_run_on_the_built_in_model_is_sized_before_it_is_converted(
+    tmp_path: Path,
+) -> None:
+    """An empty MODEL_CACHE (a fresh worker): the built-in model is converted on first use, and
+    its first run is held to the memory check all the same, with the same figure as once it is
+    there."""
+    config = {"base_model": "smollm2-135m-instruct", "micro_batch": 8, "max_seq_len": 512,
+              "max_steps": 3}  # fmt: skip
+    before = qlora_footprint(config, tmp_path / "messages.jsonl", tmp_path / "empty-cache")
+    assert before.bytes is not None and before.bytes > 100 * 1024**2
+    cache = tmp_path / "cache"
+    (cache / "smollm2-135m-instruct").mkdir(parents=True)
+    (cache / "smollm2-135m-instruct" / "config.json").write_text(json.dumps(SMOL_SHAPE))
+    assert qlora_footprint(config, tmp_path / "messages.jsonl", cache).bytes == before.bytes

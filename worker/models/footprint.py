@@ -19,8 +19,9 @@ and the libraries (~0.5-1 GB): a refusal means the run cannot fit, not that it m
   recomputed (micro x seq x (10 hidden + 3 intermediate)) and its attention scores (micro x
   heads x seq^2); plus the layers kept instead of recomputed (up to `activation_budget_mb`) and
   the once-dequantized linear weights (float32, 4 bytes a weight, unless `dequant_cache: off`).
-  The base model's shape comes from its config.json in MODEL_CACHE; a model not there yet is
-  not estimated (the trainer says where to put it).
+  The base model's shape comes from its config.json in MODEL_CACHE, or for the built-in model
+  not converted yet from its known sizes; another model not there yet is not estimated (the
+  trainer refuses it and says where to put it).
 - **gbdt** (worker/train/gbdt.py): the candidate matrix, rows x candidates x features x 8 bytes
   (float64), and LightGBM's binned copy (1 byte a value).
 
@@ -56,6 +57,7 @@ from core.schemas.train import (
 )
 from worker.context import StageFailure
 from worker.gpuinfo import detect_gpu
+from worker.models.base_model import BUILTIN, BUILTIN_SHAPE
 from worker.models.feature_space import FeatureSpace
 from worker.models.rows import read_rows
 
@@ -209,10 +211,15 @@ def base_model_shape(name: str, model_cache: Path) -> dict[str, int] | None:
     """The sizes in the base model's config.json, when it is a folder under MODEL_CACHE."""
     root = Path(model_cache).resolve()
     folder = (root / name).resolve()
-    if not folder.is_relative_to(root) or not (folder / "config.json").is_file():
+    if not folder.is_relative_to(root):
         return None
     try:
-        cfg = json.loads((folder / "config.json").read_text())
+        if (folder / "config.json").is_file():
+            cfg = json.loads((folder / "config.json").read_text())
+        elif name == BUILTIN:  # converted on first use: the first run is sized all the same
+            cfg = dict(BUILTIN_SHAPE)
+        else:
+            return None
         hidden, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
         return {
             "hidden": hidden,
