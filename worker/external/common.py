@@ -58,6 +58,15 @@ class ExternalBench(Protocol):
     ) -> list[BenchRow]: ...
 
 
+def qlora_sizing() -> dict[str, Any]:
+    """The QLoRA demo's adapter (`specs/train-routerbench-qlora.json`: the built-in SmolLM2, 30
+    steps of 8 rows), so that every bench reports the same adapter and it finishes on a CPU."""
+    import json
+
+    spec = Path(__file__).resolve().parents[2] / "specs" / "train-routerbench-qlora.json"
+    return dict(json.loads(spec.read_text())["qlora"])
+
+
 def train_policy(
     method: str,
     corpus: Path,
@@ -86,11 +95,10 @@ def train_policy(
         trm.train(knobs, corpus, out, TrainerCallbacks(), seed=seed)
         ref = {"type": "trm", "path": str(out)}
     elif method == "qlora":
-        from worker.models.base_model import BUILTIN
         from worker.train import qlora
 
         cache = model_cache or out.parent / "models"
-        qlora.train({"base_model": BUILTIN, **knobs}, corpus, out, TrainerCallbacks(),
+        qlora.train({**qlora_sizing(), **knobs}, corpus, out, TrainerCallbacks(),
                     seed=seed, contract="action_only", probe=False,
                     model_cache=cache)  # fmt: skip
         ref = {"type": "qlora", "path": str(out / "adapter"), "contract": "action_only",
