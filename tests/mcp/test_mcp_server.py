@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from core.settings import Settings
 from tests.conftest import ROOT, Service, run_async
 from tests.hermes.test_skill import hermes_bin
 from tests.stack import create_database, drop_database, free_port, wait_for
@@ -160,7 +162,7 @@ def test_stdio_agent_lists_tools_runs_routerbench_and_reads_the_scorecard(
 
 
 def test_http_mount_and_standalone_serve_the_same_tools_behind_the_token(
-    guarded: Service,
+    guarded: Service, settings: Settings
 ) -> None:
     mount = f"{guarded.url}/mcp"
     refused = httpx.post(mount, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
@@ -209,6 +211,17 @@ def test_http_mount_and_standalone_serve_the_same_tools_behind_the_token(
             past = await call(session, "read_artifact", run_id=run_id, path="summary.json",
                               offset=len(whole.encode()) + 10)  # fmt: skip
             assert "past the end" in past
+            # A page of a large file costs the API the page, not the file: six reads of a
+            # 96 MiB artifact (each took its whole size, and kept it, before ranged reads).
+            big = settings.run_dir(run_id) / "big.log"
+            big.write_bytes(b"x" * (96 << 20))
+            api = psutil.Process(guarded.api.pid)  # type: ignore[union-attr]
+            before = api.memory_info().rss
+            for k in range(6):
+                page = await call(session, "read_artifact", run_id=run_id, path="big.log",
+                                  offset=k << 20)  # fmt: skip
+                assert f"of {96 << 20}; next: offset=" in page
+            assert api.memory_info().rss - before < 48 << 20
             text = await error_of(session, "get_run", run_id="no-such-run")
             assert json.loads(text)["status"] == 404
         # The standalone server forwards the caller's Authorization header to the API.
