@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -158,11 +159,23 @@ class Publisher:
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
+        """The events a transaction emits go to `events.jsonl` before it commits, while it holds
+        their runs' rows: a reader who sees the transaction's status (say `completed`) finds its
+        events in the file too, and a commit that fails takes them back out. Redis and the
+        terminal hooks hear of them after the commit."""
         tx: Tx
-        with one_writer(self.engine), session_scope(self.engine) as session:
-            tx = Tx(session, fence=self.fence)
-            yield tx
-        self.fan_out(tx.emitted)
+        appended: list[tuple[Path, int]] = []
+        try:
+            with one_writer(self.engine), session_scope(self.engine) as session:
+                tx = Tx(session, fence=self.fence)
+                yield tx
+                lines = self._encode(tx.emitted)
+                appended = self._append_jsonl(lines)
+        except BaseException:
+            for path, size in appended:
+                _truncate(path, size)
+            raise
+        self.fan_out(tx.emitted, lines)
 
     def publish(self, run_id: str, type: str, data: dict[str, Any]) -> dict[str, Any]:
         """The stored event; `{}` when a fenced publisher's lease has moved on."""
@@ -189,15 +202,18 @@ class Publisher:
             ).all()
         return [dict(data) for data in rows]
 
-    def fan_out(self, events: list[Event]) -> None:
-        # Each event is encoded once: the same line goes to events.jsonl and to Redis.
+    @staticmethod
+    def _encode(events: list[Event]) -> dict[str, list[str]]:
+        """Each event encoded once, by run: the same line goes to events.jsonl and to Redis."""
         by_run: dict[str, list[str]] = {}
         for ev in events:
             line = json.dumps(event_dict(ev), separators=(",", ":"), allow_nan=False)
             by_run.setdefault(ev.run_id, []).append(line)
+        return by_run
+
+    def fan_out(self, events: list[Event], by_run: dict[str, list[str]]) -> None:
         messages: list[tuple[str, str]] = []
         for run_id, lines in by_run.items():
-            self._append_jsonl(run_id, lines)
             channel = events_channel(self.settings, run_id)
             messages += [(channel, line) for line in lines]
         self._publish_redis(messages)
@@ -209,14 +225,21 @@ class Publisher:
                     except Exception as exc:  # a hook never stands in the way of a status
                         log.warning("terminal hook for %s failed: %s", ev.run_id, exc)
 
-    def _append_jsonl(self, run_id: str, lines: list[str]) -> None:
-        run_dir = self.settings.run_dir(run_id)
-        try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            with open(run_dir / "events.jsonl", "a", encoding="utf-8") as fh:
-                fh.write("".join(line + "\n" for line in lines))
-        except OSError as exc:  # the database copy is the record; the file is a convenience
-            log.warning("could not append events.jsonl for %s: %s", run_id, exc)
+    def _append_jsonl(self, by_run: dict[str, list[str]]) -> list[tuple[Path, int]]:
+        """Appends each run's lines; (file, its size before) for each file written."""
+        written: list[tuple[Path, int]] = []
+        for run_id, lines in by_run.items():
+            run_dir = self.settings.run_dir(run_id)
+            path = run_dir / "events.jsonl"
+            try:
+                run_dir.mkdir(parents=True, exist_ok=True)
+                with open(path, "ab") as fh:
+                    size = fh.tell()
+                    fh.write("".join(line + "\n" for line in lines).encode("utf-8"))
+                written.append((path, size))
+            except OSError as exc:  # the database copy is the record; the file a convenience
+                log.warning("could not append events.jsonl for %s: %s", run_id, exc)
+        return written
 
     def _publish_redis(self, messages: list[tuple[str, str]]) -> None:
         if self.redis is None or not messages:
@@ -232,6 +255,16 @@ class Publisher:
             pipe.execute()
         except redis.RedisError as exc:  # followers catch up from the database
             log.warning("live fan-out of %d events failed: %s", len(messages), exc)
+
+
+def _truncate(path: Path, size: int) -> None:
+    """Takes back the lines a failed commit had appended (no other writer appends to a run's
+    file while its row is locked)."""
+    try:
+        with open(path, "r+b") as fh:
+            fh.truncate(size)
+    except OSError as exc:
+        log.warning("could not take back events.jsonl lines of %s: %s", path, exc)
 
 
 def events_after_seq(
