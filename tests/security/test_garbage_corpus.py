@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 
 import pytest
 
-from worker.corpus.sources import MAX_LINE_BYTES
+from worker.corpus.lines import MAX_LINE_BYTES
 
 MIB = 1 << 20
 # The build runs in a child process so that its memory is its own: VmRSS when it starts (after

@@ -198,7 +198,8 @@ def test_load_trm_gives_the_in_memory_models_scores(tmp_path: Path, route_corpus
     direct = model.infer(b["x"], b["mask"], 2)
     for i, row in enumerate(rows[:5]):
         expected = direct[i, : len(row["tools"])].tolist()
-        assert policy.scores(row["state"], row["tools"]) == pytest.approx(expected)
+        # float32: a batch of 5 and a batch of 1 sum in another order (1e-7 apart)
+        assert policy.scores(row["state"], row["tools"]) == pytest.approx(expected, rel=1e-5)
 
 
 def test_rows_with_fewer_candidates_put_no_probability_on_padding(tmp_path: Path) -> None:

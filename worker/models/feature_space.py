@@ -37,8 +37,10 @@ MAX_WORDS = 2048  # words of the context's texts (`W:`), the most frequent
 # lists of strings in order
 FORMAT = "trm-features/5"
 _UNSAFE = re.compile(r"[^0-9A-Za-z_]+")
-WORDS = (kinds.start("W"), kinds.name("X", kinds.start("W"), ""))
-CROSSED = kinds.start("X")
+WORDS = (kinds.start("W"), kinds.start("X") + kinds.start("W"))
+# Cells around a grid's anchors crossed with the candidate: many per row, and a model that reads
+# the whole row at once (the trm) combines cells with candidates itself.
+CROSSED_CELLS = kinds.start("X") + kinds.start("WIN")
 
 
 @dataclass
@@ -52,11 +54,13 @@ class FeatureSpace:
     scale: list[float]
 
     @classmethod
-    def fit(cls, rows: Iterable[dict[str, Any]], crossed: bool = True) -> FeatureSpace:
-        """`crossed=False` leaves out the context features crossed with a candidate id (`X:`):
-        a ranker of one candidate at a time needs them to tell candidates apart on a word they
-        share, a neural model sees the whole row and combines them itself, at a fraction of the
-        width (and so of the training time)."""
+    def fit(cls, rows: Iterable[dict[str, Any]], crossed_cells: bool = True) -> FeatureSpace:
+        """`crossed_cells=False` leaves out the grid cells crossed with a candidate id
+        (`X:WIN:`): a ranker of one candidate at a time needs them to tell candidates apart on
+        a cell they share; the trm sees the whole row and combines them itself, at a fraction
+        of the width (and of the training time: grid at gen seed 4242, 208 s -> 50 s). Words
+        crossed with the candidate stay: without them a tiny trm learned a decision made by
+        the prompt's words alone to 0.97, not 1.0."""
         counts: Counter[str] = Counter()
         sums: dict[str, list[float]] = {}
         envs: dict[str, set[str]] = {}
@@ -70,7 +74,7 @@ class FeatureSpace:
             for features in row_features(row["state"], row["tools"]):
                 candidates += 1
                 for name, value in features.items():
-                    if not crossed and name.startswith(CROSSED):
+                    if not crossed_cells and name.startswith(CROSSED_CELLS):
                         continue
                     seen.add(name)
                     acc = sums.setdefault(name, [0.0, 0.0, 0.0])

@@ -203,11 +203,11 @@ def _train(
         {**cfg, "seed": seed}, RESUMABLE_CHANGES, [corpus_dir / TRAIN_ROWS, corpus_dir / VAL_ROWS]
     )
     resume = None if probe else checkpoints.resume_point(out_dir, fingerprint, callbacks.trusts)
-    # Without the candidate-crossed context (`X:`): the model reads the whole row at once.
+    # Without grid cells crossed with the candidate: the model reads the whole row at once.
     if resume:
         space = FeatureSpace.load(resume / FEATURES)
     else:
-        space = FeatureSpace.fit(rows, crossed=False)
+        space = FeatureSpace.fit(rows, crossed_cells=False)
     data, val = Encoded(space, rows), Encoded(space, val_rows)
 
     micro, accum = int(cfg["batch_size"]), 1 if probe else int(cfg["grad_accum"])
