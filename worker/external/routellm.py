@@ -133,15 +133,18 @@ def anchor_sets(corpus: Path) -> list[AnchorSet]:
 
 def sample_train(corpus: Path, out: Path, rows: int | None, seed: int = SPLIT_SEED) -> Path:
     """The corpus the learned methods train on: `corpus` itself, or a copy whose train.jsonl
-    keeps a seeded sample of `rows` rows (val and anchors as they are)."""
+    keeps a seeded sample of `rows` rows (val, anchors and the chat messages as they are)."""
     train = [line + "\n" for line in _lines(corpus / "train.jsonl")]
     if rows is None or len(train) <= rows:
         return corpus
     out.mkdir(parents=True, exist_ok=True)
     kept = sorted(random.Random(seed).sample(range(len(train)), rows))
     (out / "train.jsonl").write_text("".join(train[i] for i in kept), encoding="utf-8")
-    for name in ("val.jsonl", "anchor.jsonl", "manifest.json"):
-        (out / name).write_bytes((corpus / name).read_bytes())
+    # The chat form qlora reads goes along whole: its step count (max_steps) bounds what it reads.
+    for name in ("val.jsonl", "anchor.jsonl", "manifest.json", "messages.jsonl",
+                 "messages_val.jsonl"):  # fmt: skip
+        if (corpus / name).exists():
+            (out / name).write_bytes((corpus / name).read_bytes())
     return out
 
 
