@@ -208,8 +208,9 @@ Results = dict[str, dict[str, dict[str, Any]]]  # family -> method -> measured
 
 
 def mean_rows(rows: list[tuple[int, str, Results]]) -> Results:
-    """Per family and method, the mean over the rows (generation seed x compression) of each
-    figure, and the anchor score pooled over every row's examples (its interval counts them all)."""
+    """Per family and method, over the rows (generation seed x compression): the anchor score
+    pooled over every row's examples (the mean, each example once, and its interval), the mean
+    of the other figures."""
     out: Results = {}
     for family in dict.fromkeys(f for _, _, r in rows for f in r):
         methods = [r[family] for _, _, r in rows if family in r]
@@ -218,8 +219,7 @@ def mean_rows(rows: list[tuple[int, str, Results]]) -> Results:
             runs = [m[method] for m in methods if method in m]
             pooled = [v for r in runs for v in r["per_example"]]
             out[family][method] = {
-                "anchor": {**sc.score(pooled),
-                           "value": _mean([r["anchor"]["value"] for r in runs])},
+                "anchor": sc.score(pooled),
                 "per_example": pooled,
                 "spread": max(r["spread"] for r in runs),
                 "failure": _mean([r["failure"] for r in runs]),
