@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -145,7 +146,14 @@ def free_port(host: str) -> int:
 STOP_GRACE_S = 30  # how long the API and the worker have, together, to stop on a SIGTERM
 
 
+# Set by SIGTERM while `trm up` starts: the KeyboardInterrupt the handler raises is lost when
+# the signal lands inside a garbage-collection callback (Python ignores exceptions there), so the
+# start-up loop also checks this flag and raises it itself.
+STOP_REQUESTED = threading.Event()
+
+
 def _stop_signal(*_: object) -> None:
+    STOP_REQUESTED.set()
     raise KeyboardInterrupt
 
 
@@ -212,6 +220,8 @@ class LocalStack:
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if STOP_REQUESTED.is_set():
+                raise KeyboardInterrupt
             dead = self.exited()
             if dead:
                 raise RuntimeError(f"{dead} exited while starting; see the messages above")
@@ -285,6 +295,7 @@ def serve_until_stopped(stack: LocalStack) -> int:
 
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
+    stopping = STOP_REQUESTED.is_set()  # a SIGTERM whose exception was lost while starting
     code = 0
     while not stopping:
         dead = stack.exited()
