@@ -9,13 +9,17 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ApiError
+from core.settings import get_settings
 from core.translate.common import existing_path, outside
 from core.translate.corpus import looks_like_skill_corpus_spec, translate_corpus_spec
 
-# The largest spec file the API reads (the default TRM_MAX_BODY_BYTES): a spec file of the skill
-# is a few KiB, and one named in a request is bounded like the request's own body, never read
-# whole into the API's memory (four requests naming a 297 MiB file took it to 2.5 GiB).
-MAX_SPEC_FILE_BYTES = 1024 * 1024
+# A spec file named in a request is bounded like the request's own body (TRM_MAX_BODY_BYTES), never
+# read whole into the API's memory (four requests naming a 297 MiB file took it to 2.5 GiB): a
+# spec file of the skill is a few KiB.
+
+
+def max_spec_file_bytes() -> int:
+    return get_settings().max_body_bytes
 
 
 class Reader:
@@ -50,18 +54,19 @@ class Reader:
         return data, path.parent
 
     def _read(self, path: Path, raw: Any, where: str) -> bytes:
-        """The file's bytes; on the API's side (a root) at most MAX_SPEC_FILE_BYTES, else a 413
+        """The file's bytes; on the API's side (a root) at most TRM_MAX_BODY_BYTES, else a 413
         before anything is read."""
         if self.root is None:
             return path.read_bytes()
         if not path.is_file():  # a folder, or a FIFO that would hold the request forever
             raise OSError("not a regular file")
+        limit = max_spec_file_bytes()
         with path.open("rb") as file:
             size = os.fstat(file.fileno()).st_size
-            data = file.read(MAX_SPEC_FILE_BYTES + 1) if size <= MAX_SPEC_FILE_BYTES else b""
-        if size > MAX_SPEC_FILE_BYTES or len(data) > MAX_SPEC_FILE_BYTES:
+            data = file.read(limit + 1) if size <= limit else b""
+        if size > limit or len(data) > limit:
             message = (
-                f"{where}: {raw} is {max(size, len(data))} bytes, over the {MAX_SPEC_FILE_BYTES}"
+                f"{where}: {raw} is {max(size, len(data))} bytes, over the {limit}"
                 "-byte limit of a spec file (a spec file of the skill is a few KiB; name a data "
                 "file as a source's path instead)"
             )

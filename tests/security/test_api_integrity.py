@@ -23,7 +23,6 @@ from core.notify import NotifyConfig, deliver
 from core.redisconn import sync_redis
 from core.runstate import set_status
 from core.settings import Settings
-from core.translate.reader import MAX_SPEC_FILE_BYTES
 from tests.conftest import Service, run_async
 from tests.deploy.conftest import Receiver
 from tests.deploy.conftest import receiver as receiver  # noqa: F401 - the fixture
@@ -58,7 +57,8 @@ def test_a_skill_spec_naming_a_huge_file_gets_a_413_without_reading_it(
         413,
         "payload_too_large",
     )
-    assert str(MAX_SPEC_FILE_BYTES) in error["message"] and "corpus_spec" in error["message"]
+    limit = shared_service.settings.max_body_bytes  # bounded like a body
+    assert str(limit) in error["message"] and "corpus_spec" in error["message"]
     assert time.monotonic() - started < 5
     # A spec file under the limit is still read and translated.
     small = data_dir / "small-corpus.json"
