@@ -94,6 +94,8 @@ def bench_schema() -> dict[str, Any]:
                        or "the router: `none`, a train run id, or `<hillclimb id>:root|final`"},
             "baseline": {**fields["baseline"], "description": "what the router is compared to "
                          "(same forms as router)"},
+            "data": {**fields["data"], "description": "an external bench's data folder under "
+                     "DATA_DIR (routellm: a RouteLLM checkout); default: the bench's own"},
             "dry_run": {"type": "boolean", "default": False,
                         "description": "resolve and plan only; answers the resolved config"},
             "idempotency_key": KEY,
@@ -110,7 +112,7 @@ async def submit_run(api: Api, args: dict[str, Any]) -> Any:
 
 async def start_bench(api: Api, args: dict[str, Any]) -> Any:
     key = idempotency_key("start_bench", args)
-    body = {k: args[k] for k in ("router", "baseline") if args.get(k) is not None}
+    body = {k: args[k] for k in ("router", "baseline", "data") if args.get(k) is not None}
     answer = await api.json(
         "POST",
         f"/benches/{args['name']}",

@@ -34,6 +34,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--results-jsonl", help="a verifiers results export under DATA_DIR (default: none)"
     )
     p.add_argument(
+        "--data",
+        help="an external bench's data folder under DATA_DIR, e.g. routellm/ for `routellm` "
+        "(default: the bench's own, listed by GET /benches)",
+    )
+    p.add_argument(
         "--watch", action="store_true", help="then follow its card until it ends (default: off)"
     )
     add_url(p)
@@ -49,6 +54,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             ("baseline", args.baseline),
             ("repeats", args.repeats),
             ("results_jsonl", args.results_jsonl),
+            ("data", args.data),
         )
         if v is not None
     }

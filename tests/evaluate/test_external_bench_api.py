@@ -5,6 +5,8 @@ RouteLLM's APGR beside its baselines."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +63,13 @@ def test_a_routellm_bench_scores_a_trained_router_by_apgr(
                                                              "data": "nowhere"})  # fmt: skip
     assert elsewhere.status_code == 422
     assert str(settings.data_dir / "nowhere") in elsewhere.json()["error"]["message"]
+    # The CLI's --data reaches the same check.
+    cli = subprocess.run(
+        [sys.executable, "-m", "app.cli", "bench", "routellm", "--router",
+         "01J00000000000000000000001", "--data", "nowhere", "--url", service.url],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert cli.returncode != 0 and str(settings.data_dir / "nowhere") in cli.stderr, cli.stderr
     from worker.external.routellm import corpus_spec, locate
 
     split = corpus_spec(locate(settings.data_dir / "routellm"))["split"]
