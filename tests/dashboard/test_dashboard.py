@@ -287,7 +287,11 @@ def test_with_a_token_the_page_asks_once_and_keeps_it_for_the_session(
         page.click(f'a[href="#/runs/{run["id"]}"]')
         page.wait_for_function("window.trmStream && window.trmStream.seen.length > 0")
         assert page.locator("#token-dialog[open]").count() == 0
-        assert run["id"] in (page.text_content("#run-card") or "")
+        # The card draws from the stream's first events: wait for it, not for the first event.
+        page.wait_for_function(
+            "id => (document.querySelector('#run-card')?.textContent || '').includes(id)",
+            arg=run["id"],
+        )
     finally:
         svc.stop()
 
