@@ -164,7 +164,8 @@ def test_a_failed_delivery_says_nothing_of_the_port_it_met(
     failed, delivered = records[:3], records[3]
     for record in failed:
         assert record["status_code"] is None and "error" not in record, record
-        text = repr(record)
+        # the url (its random port may read "500") is what the client sent, not what it met
+        text = repr({k: v for k, v in record.items() if k != "url"}).replace(record["url"], "URL")
         for detail in ("404", "500", "refused", "Errno", "Connect"):
             assert detail not in text, (detail, record)
     assert {r["message"].split(" to ")[0] for r in failed} == {"webhook not delivered"}
