@@ -7,6 +7,7 @@ import hmac
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import httpx
 import sqlalchemy as sa
 from arq.connections import ArqRedis
 from fastapi import Request
@@ -27,6 +28,8 @@ class AppState:
     hub: LiveHub
     intake: Intake
     pool: ArqRedis | None = None
+    # The decision process's client (TRM_DECIDE_URL); None when none is configured.
+    decide: httpx.AsyncClient | None = None
 
 
 def app_state(request: Request) -> AppState:
@@ -66,3 +69,9 @@ async def require_token(request: Request) -> None:
             "unauthorized",
             "missing or wrong token: send `Authorization: Bearer <TRM_API_TOKEN>`",
         )
+
+
+def caller(request: Request) -> str:
+    """Who is calling, as far as the API can tell: one token guards it, so a caller is "token"
+    (it presented TRM_API_TOKEN) or "anonymous" (the API is open)."""
+    return "token" if app_state(request).settings.api_token is not None else "anonymous"

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio.to_thread
+import httpx
 from fastapi import Depends, FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
@@ -23,7 +24,17 @@ from app.errors import install_handlers
 from app.guard import BrowserGuard
 from app.intake import Intake
 from app.live import LiveHub
-from app.routes import artifacts, benches, dashboard, events, health, runs, uploads, workers
+from app.routes import (
+    artifacts,
+    benches,
+    controllers,
+    dashboard,
+    events,
+    health,
+    runs,
+    uploads,
+    workers,
+)
 from core.db import check_migrated, get_engine
 from core.errors import ApiError, error_body
 from core.events import Publisher
@@ -124,6 +135,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             trm.pool = await create_arq_pool(settings)
         except Exception as exc:  # runs are still recorded; the reconciler enqueues them later
             log.warning("Redis is not answering (%s); runs will queue once it is back", exc)
+        if settings.decide_url:
+            trm.decide = httpx.AsyncClient(base_url=settings.decide_url, timeout=60)
         await hub.start()
         trm.intake.start()
         app.state.trm = trm
@@ -131,6 +144,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         await trm.intake.stop()
         await hub.stop()
+        if trm.decide is not None:
+            await trm.decide.aclose()
         if trm.pool is not None:
             await trm.pool.close()
 
@@ -146,7 +161,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_handlers(app)
     auth = [Depends(require_token), Depends(runs.refuse_unstorable_request)]
-    for module in (runs, events, artifacts, uploads, benches, workers):
+    for module in (runs, events, artifacts, uploads, benches, workers, controllers):
         app.include_router(module.router, dependencies=auth)
     app.include_router(health.router)
     # The MCP server (trm_mcp) calls this same API in-process, with the caller's token.

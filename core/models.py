@@ -180,3 +180,45 @@ class WorkerRecord(SQLModel, table=True):
         default_factory=utcnow,
         sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False, index=True),
     )
+
+
+class ControllerVersion(SQLModel, table=True):
+    """One promoted version of a named controller (SPEC §12): a completed train run's trainer
+    folder and the scorecard figures it was promoted on. Never changed once written."""
+
+    __tablename__ = "controller_versions"
+    __table_args__ = (sa.UniqueConstraint("name", "version"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, max_length=64)
+    version: int
+    # The train run whose `trainer/` folder decides; `source_run_id` is what was promoted (the
+    # same run, or the hill-climb whose best candidate it is).
+    run_id: str = Field(max_length=26)
+    source_run_id: str = Field(max_length=26)
+    candidate_id: str | None = Field(default=None, max_length=64)
+    trainer: str = Field(max_length=16)
+    # Relative to RUNS_DIR (`<run_id>/trainer`), so every host that shares RUNS_DIR finds it.
+    trainer_dir: str = Field(max_length=300)
+    features_format: str | None = Field(default=None, max_length=64)
+    anchor_score: float | None = None
+    scores: dict[str, Any] | None = _json_column()
+    anchors: str | None = None
+    abstain_margin: float | None = None
+    promoted_by: str = Field(max_length=200)
+    promoted_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
+
+
+class Controller(SQLModel, table=True):
+    """A controller name and the version that answers for it now: a promotion moves it to the
+    new version, a rollback to an older one."""
+
+    __tablename__ = "controllers"
+
+    name: str = Field(primary_key=True, max_length=64)
+    live_version: int
+    updated_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )

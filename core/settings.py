@@ -82,6 +82,13 @@ class Settings(BaseSettings):
     # request). `TRM_OTEL=true` turns on tracing, metrics and logs for a configured provider.
     otel: bool = False
 
+    # The decision process (`trm decide-server`, SPEC §12): where the API forwards
+    # `POST /controllers/{name}/decide` (unset: it answers 503), the port the process listens on,
+    # and how many controller versions it keeps loaded.
+    decide_url: str | None = None
+    decide_port: int = Field(default=8001, ge=1, le=65535)
+    decide_cache: int = Field(default=8, ge=1, le=256)
+
     api_host: str = "127.0.0.1"
     # Names clients reach the API by beyond the loopback ones (Host checked when bound to
     # loopback, or whenever this is set; Origins of state-changing requests): app/guard.py.

@@ -25,6 +25,7 @@ def test_upgrade_creates_every_table(settings: Settings) -> None:
     assert current_revision(engine) == head_revision()
     tables = set(sa.inspect(engine).get_table_names())
     assert {"runs", "stages", "events", "ledger_entries", "workers"} <= tables
+    assert {"controllers", "controller_versions"} <= tables
     check_migrated(engine)
     engine.dispose()
 

@@ -1,0 +1,112 @@
+"""/controllers: promote a run under a name, list and show versions, roll back, and decide
+through the decision process (SPEC §12). The API never loads a model: `decide` forwards to
+TRM_DECIDE_URL (`trm decide-server`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Annotated, Any
+
+import httpx
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from sqlmodel import Session
+
+from app.deps import AppState, caller, session, state
+from core import controllers as ops
+from core.controllers import (
+    ControllerList,
+    ControllerOut,
+    DecideBody,
+    DecideOut,
+    PromoteIn,
+    RollbackIn,
+    VersionOut,
+)
+from core.errors import ApiError
+from core.schemas.runs import ErrorOut
+from core.schemas.strings import string_problem
+
+log = logging.getLogger("trm.api")
+router = APIRouter(
+    tags=["controllers"],
+    responses={401: {"model": ErrorOut}, 404: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+)
+
+
+@router.post(
+    "/controllers",
+    status_code=201,
+    response_model=VersionOut,
+    responses={409: {"model": ErrorOut}},
+)
+def promote(
+    body: PromoteIn, request: Request, app: Annotated[AppState, Depends(state)]
+) -> VersionOut:
+    """Promote a completed train run (or a completed hill-climb's best candidate) as the name's
+    next version; it becomes the live one."""
+    who = caller(request)
+    if body.by:
+        problem = string_problem(body.by)
+        if problem:
+            raise ApiError(422, "validation_error", f"by: {problem}",
+                           [{"field": "by", "message": problem}])  # fmt: skip
+        who = f"{body.by} ({who})"
+    return ops.promote(app.engine, app.settings, body, who)
+
+
+@router.get("/controllers", response_model=ControllerList)
+def list_controllers(db: Annotated[Session, Depends(session)]) -> ControllerList:
+    return ops.list_controllers(db)
+
+
+@router.get("/controllers/{name}", response_model=ControllerOut)
+def show_controller(name: str, db: Annotated[Session, Depends(session)]) -> ControllerOut:
+    return ops.show(db, ops.check_name(name))
+
+
+@router.post("/controllers/{name}/rollback", response_model=ControllerOut)
+def rollback(
+    name: str, body: RollbackIn, app: Annotated[AppState, Depends(state)]
+) -> ControllerOut:
+    """Make an earlier version live again (any existing version may be named)."""
+    return ops.rollback(app.engine, ops.check_name(name), body.version)
+
+
+@router.post(
+    "/controllers/{name}/decide",
+    response_model=DecideOut,
+    responses={503: {"model": ErrorOut}, 413: {"model": ErrorOut}},
+)
+async def decide(
+    name: str, body: DecideBody, request: Request, app: Annotated[AppState, Depends(state)]
+) -> JSONResponse:
+    """Each row's action, every candidate's probability, the margin and whether the controller
+    abstains, from the live version (or `version`), all rows by one version."""
+    ops.check_name(name)
+    if app.decide is None:
+        raise ApiError(
+            503, "unavailable",
+            "no decision process is configured: start one with `trm decide-server` (or `trm up`) "
+            "and set TRM_DECIDE_URL for the API",
+        )  # fmt: skip
+    payload = {"controller": name, **body.model_dump(mode="json")}
+    # The decision process asks for the same token as the API.
+    token = request.headers.get("authorization")
+    headers = {"authorization": token} if token and app.settings.api_token else {}
+    try:
+        answer = await app.decide.post("/decide", json=payload, headers=headers)
+    except httpx.TransportError as exc:
+        raise ApiError(
+            503, "unavailable",
+            f"the decision process at {app.settings.decide_url} is not answering "
+            f"({type(exc).__name__}); is `trm decide-server` running?",
+            {"retry_after_s": 2},
+        ) from None  # fmt: skip
+    try:
+        content: Any = answer.json()
+    except json.JSONDecodeError:
+        log.warning("decision process answered %s without JSON", answer.status_code)
+        raise ApiError(502, "bad_gateway", "the decision process answered without JSON") from None
+    return JSONResponse(content, status_code=answer.status_code)
