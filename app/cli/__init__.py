@@ -8,11 +8,24 @@ from collections.abc import Sequence
 
 import httpx
 
-from app.cli import bench, corpus, db, demo, envs, importspec, runs, schemas, server
+from app.cli import (
+    bench,
+    controllers,
+    corpus,
+    db,
+    demo,
+    envs,
+    importspec,
+    runs,
+    schemas,
+    server,
+)
 from app.client import api_url
 from trm_mcp import cli as mcp
 
-VERB_MODULES = (server, db, runs, demo, bench, corpus, envs, importspec, schemas, mcp)
+VERB_MODULES = (
+    server, db, runs, controllers, demo, bench, corpus, envs, importspec, schemas, mcp,
+)  # fmt: skip
 
 
 SETTINGS = """settings (environment, or a .env file in the current folder):
@@ -24,6 +37,8 @@ SETTINGS = """settings (environment, or a .env file in the current folder):
   TRM_RUNS_DIR       run folders (default: ./var/runs)
   TRM_DATA_DIR       the only folder specs may read data from (default: ./var/data)
   TRM_MODEL_CACHE    base models (default: ./var/models)
+  TRM_DECIDE_URL     the decision process the API forwards decisions to (`trm up` starts one
+                     and sets it; default: unset, decide answers 503)
 ./var is relative to the folder trm is started in."""
 
 

@@ -159,7 +159,8 @@ def _stop_signal(*_: object) -> None:
 
 class LocalStack:
     """`trm up`'s processes: an embedded Redis (when TRM_REDIS_URL is unset), the API, one worker
-    serving both queues. Used by `trm up` and `trm demo`.
+    serving both queues, and the decision process (when TRM_DECIDE_URL is unset; the API is
+    pointed at it). Used by `trm up` and `trm demo`.
 
     Never another service's: a port in use is refused when asked for (`--port`), else a free one
     is taken and said; and the API is only taken as up when /healthz answers with the instance id
@@ -203,6 +204,18 @@ class LocalStack:
         upgrade(self.settings.database_url)
         cli = [sys.executable, "-m", "app.cli"]
         out = subprocess.DEVNULL if quiet else None
+        if not self.settings.decide_url:
+            # The decision process (SPEC §12) on a port of its own; the API forwards to it.
+            # Only the API calls it: it listens on the loopback whatever the API's interface.
+            port = self.settings.decide_port
+            port = port if port_is_free("127.0.0.1", port) else free_port("127.0.0.1")
+            self.env["TRM_DECIDE_URL"] = f"http://127.0.0.1:{port}"
+            self.procs["the decision process"] = subprocess.Popen(
+                [*cli, "decide-server", "--host", "127.0.0.1", "--port", str(port)],
+                env=self.env,
+                stdout=out,
+                stderr=out,
+            )
         self.procs["the API"] = subprocess.Popen(
             [*cli, "serve", "--host", self.host, "--port", str(self.port)],
             env=self.env,

@@ -1,0 +1,197 @@
+"""`trm promote | controllers | rollback | decide`: named controllers from a terminal (SPEC §12),
+and `trm decide-server`, the decision process the API forwards decisions to."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from app.cli.runs import _fail, add_url
+from app.client import ApiCallError, Client
+from core.card import printable
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("promote", help="promote a completed train run (or a hill-climb's best)")
+    p.add_argument("run", help="a completed train run id, or a completed hill-climb's id")
+    p.add_argument("--as", dest="name", required=True, help="the controller's name (a slug)")
+    p.add_argument(
+        "--abstain-margin",
+        type=float,
+        default=None,
+        help="abstain when the best probability leads the next by less (0..1; default: never)",
+    )
+    add_url(p)
+    p.set_defaults(func=cmd_promote)
+    p = sub.add_parser("controllers", help="list controllers, or show one's versions")
+    p.add_argument("name", nargs="?", help="a controller's name (default: list them all)")
+    p.add_argument("--json", action="store_true", help="print the API's JSON (default: text)")
+    add_url(p)
+    p.set_defaults(func=cmd_controllers)
+    p = sub.add_parser("rollback", help="make an earlier version of a controller live again")
+    p.add_argument("name", help="the controller's name")
+    p.add_argument("version", type=int, help="the version to make live")
+    add_url(p)
+    p.set_defaults(func=cmd_rollback)
+    p = sub.add_parser("decide", help="ask a controller for decisions")
+    p.add_argument("name", help="the controller's name (its live version decides)")
+    p.add_argument("--version", type=int, default=None, help="this version instead of the live")
+    p.add_argument("--state", help="one row's state (text, or a JSON object as text)")
+    p.add_argument("--tools", help="one row's candidate tools, comma-separated")
+    p.add_argument(
+        "--rows", type=Path, help="a JSONL file of {state, tools} rows instead of --state/--tools"
+    )
+    add_url(p)
+    p.set_defaults(func=cmd_decide)
+    p = sub.add_parser("decide-server", help="the decision process (keeps controllers loaded)")
+    p.add_argument(
+        "--host", default=None, help="its interface (default: TRM_API_HOST or 127.0.0.1)"
+    )
+    p.add_argument("--port", type=int, default=None, help="its port (default: TRM_DECIDE_PORT)")
+    p.set_defaults(func=cmd_decide_server)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return os.environ.get("USER") or "cli"
+
+
+def _version_line(v: dict[str, Any]) -> str:
+    anchor = "-" if v["anchor_score"] is None else f"{v['anchor_score']:.3f}"
+    margin = "-" if v["abstain_margin"] is None else f"{v['abstain_margin']:g}"
+    mark = "*" if v["live"] else " "
+    return (
+        f"{mark} v{v['version']:<4} {v['trainer']:6} anchor {anchor:6} abstain<{margin:5} "
+        f"run {v['run_id']}  {v['promoted_at'][:19]}  by {v['promoted_by']}"
+    )
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    client = Client(args.url)
+    body = {"name": args.name, "run_id": args.run, "abstain_margin": args.abstain_margin,
+            "by": _user()}  # fmt: skip
+    try:
+        version = client._json(client.http.post("/controllers", json=body))
+    except ApiCallError as exc:
+        return _fail(exc)
+    print(printable(f"{version['name']} version {version['version']} is live"))
+    print(printable(_version_line(version)))
+    return 0
+
+
+def cmd_controllers(args: argparse.Namespace) -> int:
+    client = Client(args.url)
+    try:
+        path = f"/controllers/{args.name}" if args.name else "/controllers"
+        answer = client._json(client.http.get(path))
+    except ApiCallError as exc:
+        return _fail(exc)
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    elif args.name:
+        print(printable(f"{answer['name']}  live v{answer['live_version']}"))
+        print(printable(f"  anchors: {answer['live']['anchors']}"))
+        for v in reversed(answer["versions"]):
+            print(printable(_version_line(v)))
+    else:
+        print(f"{'NAME':24}  {'LIVE':>4}  {'VERSIONS':>8}  {'TRAINER':7}  ANCHOR")
+        for c in answer["controllers"]:
+            anchor = c["live"]["anchor_score"]
+            line = (
+                f"{c['name']:24}  v{c['live_version']:<3}  {c['versions']:>8}  "
+                f"{c['live']['trainer']:7}  {'-' if anchor is None else f'{anchor:.3f}'}"
+            )
+            print(printable(line))
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    client = Client(args.url)
+    try:
+        answer = client._json(
+            client.http.post(f"/controllers/{args.name}/rollback", json={"version": args.version})
+        )
+    except ApiCallError as exc:
+        return _fail(exc)
+    print(printable(f"{answer['name']} version {answer['live_version']} is live"))
+    return 0
+
+
+def _rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    if args.rows is not None:
+        if args.state is not None or args.tools is not None:
+            raise SystemExit("trm decide: --rows or --state/--tools, not both")
+        try:
+            lines = args.rows.read_text().splitlines()
+        except OSError as exc:
+            raise SystemExit(f"trm decide: {args.rows}: {exc.strerror}") from None
+        rows = []
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SystemExit(f"trm decide: {args.rows}:{n}: not JSON: {exc.msg}") from None
+            if isinstance(row, dict) and not isinstance(row.get("state"), str | None):
+                row["state"] = json.dumps(row["state"])  # a JSON state is sent as its text
+            rows.append(row)
+        return rows
+    if args.state is None or args.tools is None:
+        raise SystemExit("trm decide: give --state and --tools, or --rows FILE.jsonl")
+    return [{"state": args.state, "tools": [t.strip() for t in args.tools.split(",")]}]
+
+
+def cmd_decide(args: argparse.Namespace) -> int:
+    client = Client(args.url)
+    body: dict[str, Any] = {"rows": _rows(args)}
+    if args.version is not None:
+        body["version"] = args.version
+    try:
+        answer = client._json(client.http.post(f"/controllers/{args.name}/decide", json=body))
+    except ApiCallError as exc:
+        return _fail(exc)
+    if args.rows is not None:
+        for d in answer["decisions"]:
+            print(json.dumps({**d, "version": answer["version"]}))
+        return 0
+    d = answer["decisions"][0]
+    abstain = "  (abstains)" if d["abstain"] else ""
+    print(printable(f"{d['action']}  margin {d['margin']:.3f}{abstain}  "
+                    f"{answer['controller']} v{answer['version']}"))  # fmt: skip
+    tools = body["rows"][0]["tools"]
+    scores = "  ".join(f"{t} {s:.3f}" for t, s in zip(tools, d["scores"], strict=True))
+    print(printable(f"  {scores}"))
+    return 0
+
+
+def cmd_decide_server(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.cli.server import _logging, _refuse_unmigrated
+    from core.settings import get_settings
+
+    _logging()
+    if _refuse_unmigrated():
+        return 2
+    settings = get_settings()
+    host = args.host or settings.api_host
+    port = args.port or settings.decide_port
+    print(f"trm decide-server: on http://{host}:{port}", file=sys.stderr, flush=True)
+    uvicorn.run(
+        "worker.decide.server:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=3,
+    )
+    return 0

@@ -1,0 +1,244 @@
+"""The decision process (`trm decide-server`, SPEC §12): a small Starlette app on a port of its own
+that answers `POST /decide` with a promoted controller's decisions. The API forwards
+`POST /controllers/{name}/decide` here (TRM_DECIDE_URL) and never loads a model itself.
+
+- **Resolution**: `name` is the live version, read from the registry tables
+  (core/controllers.py) once per call, so every row of a call is decided by one version and a
+  promotion or a rollback is seen by the first call that starts after its commit.
+- **Warm versions**: loaded controllers are kept, most recently used last, at most
+  TRM_DECIDE_CACHE (8) of them. Every `POLL_S` the process reads each name's live version and
+  loads the ones it serves whose live version moved, so the first call after a promotion does
+  not wait for the load.
+- **Errors** are the API's body: a row the controller cannot read is a 422 naming the field
+  (`rows[3].tools`), an unknown name or version a 404, a version whose files do not load a 409.
+- **Token**: when TRM_API_TOKEN is set, `/decide` asks for it as the API does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import importlib
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+import sqlalchemy as sa
+from pydantic import ValidationError
+from sqlmodel import Session
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from core.controllers import DecideIn, DecideOut, DecisionOut, live_versions, parse_ref, resolve
+from core.db import check_migrated, get_engine
+from core.errors import ApiError, error_body, validation_error
+from core.models import ControllerVersion
+from core.settings import Settings, get_settings
+from worker.decide.controller import Controller, DecideRow, RowError, load_controller
+
+log = logging.getLogger("trm.decide")
+POLL_S = 0.5  # how often the live versions are read to load a moved one ahead of its first call
+# The libraries a trm and a gbdt load with, imported at start (a qlora's, transformers and peft,
+# only when one is asked for: they take seconds and most of a gigabyte).
+WARM_IMPORTS = ("torch", "safetensors.torch", "lightgbm", "worker.models.trm", "worker.models.gbdt")
+
+Key = tuple[str, int]
+
+
+class Versions:
+    """Loaded controller versions, least recently used first, at most `size`. A version is
+    loaded once even when calls for it arrive together (they wait for the one load)."""
+
+    def __init__(self, runs_dir: Path, size: int) -> None:
+        self.runs_dir, self.size = runs_dir, size
+        self._loaded: OrderedDict[Key, Controller] = OrderedDict()
+        self._guard = threading.Lock()
+        self._loading: dict[Key, threading.Lock] = {}
+
+    def loaded(self) -> list[Key]:
+        with self._guard:
+            return list(self._loaded)
+
+    def get(self, row: ControllerVersion) -> Controller:
+        key = (row.name, row.version)
+        with self._guard:
+            if key in self._loaded:
+                self._loaded.move_to_end(key)
+                return self._loaded[key]
+            lock = self._loading.setdefault(key, threading.Lock())
+        with lock:
+            with self._guard:
+                if key in self._loaded:
+                    return self._loaded[key]
+            started = time.perf_counter()
+            controller = load_controller(
+                self.runs_dir / row.trainer_dir, row.trainer, row.abstain_margin
+            )
+            log.info(
+                "loaded %s@%d (%s) in %.2fs", row.name, row.version, row.trainer,
+                time.perf_counter() - started,
+            )  # fmt: skip
+            with self._guard:
+                self._loaded[key] = controller
+                self._loading.pop(key, None)
+                while len(self._loaded) > self.size:
+                    self._loaded.popitem(last=False)
+            return controller
+
+
+class DecideService:
+    """The state of one decision process: settings, the database engine, the loaded versions."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.engine: sa.Engine = get_engine(settings)
+        self.versions = Versions(settings.runs_dir, settings.decide_cache)
+
+    def version(self, name: str, version: int | None) -> ControllerVersion:
+        with Session(self.engine, expire_on_commit=False) as session:
+            return resolve(session, name, version)
+
+    def load(self, row: ControllerVersion) -> Controller:
+        try:
+            return self.versions.get(row)
+        except Exception as exc:  # missing or outdated files: the loaders name them
+            raise ApiError(
+                409, "not_loadable",
+                f"{row.name} version {row.version} does not load from {row.trainer_dir}: {exc}",
+            ) from None  # fmt: skip
+
+    def warm(self, names: set[str] | None = None) -> None:
+        """Load the live version of every name in `names` (default: the names this process
+        serves) where it is not loaded, at most as many as the cache keeps."""
+        with Session(self.engine) as session:
+            live = live_versions(session)
+        wanted = {name for name, _ in self.versions.loaded()} if names is None else names
+        for name in sorted(wanted)[: self.versions.size]:
+            version = live.get(name)
+            if version is not None and (name, version) not in self.versions.loaded():
+                with contextlib.suppress(ApiError):
+                    self.load(self.version(name, version))
+
+    def start(self) -> None:
+        """Before the first call: the model libraries imported (a first gbdt load spent 1.8 s
+        importing lightgbm, a first trm as long importing torch) and every live version loaded."""
+        for module in WARM_IMPORTS:
+            importlib.import_module(module)
+        with Session(self.engine) as session:
+            names = set(live_versions(session))
+        self.warm(names)
+
+
+def _token_ok(settings: Settings, request: Request) -> bool:
+    if settings.api_token is None:
+        return True
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    expected = settings.api_token.get_secret_value().encode()
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected)
+
+
+async def _body(request: Request, limit: int) -> DecideIn:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "payload_too_large", f"request body is over {limit} bytes")
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > limit:
+            raise ApiError(413, "payload_too_large", f"request body is over {limit} bytes")
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise ApiError(400, "bad_json", "body is not valid UTF-8 JSON") from None
+    try:
+        return DecideIn.model_validate(body)
+    except ValidationError as exc:
+        raise validation_error(list(exc.errors()), body=body) from None
+
+
+async def decide(request: Request) -> JSONResponse:
+    service: DecideService = request.app.state.decide
+    if not _token_ok(service.settings, request):
+        raise ApiError(401, "unauthorized", "missing or wrong token: send `Authorization: Bearer`")
+    body = await _body(request, service.settings.max_body_bytes)
+    name, version = parse_ref(body.controller, body.version)
+    row = await anyio.to_thread.run_sync(service.version, name, version)
+    controller = await anyio.to_thread.run_sync(service.load, row)
+    rows = [DecideRow(r.state, list(r.tools)) for r in body.rows]
+    try:
+        decisions = await anyio.to_thread.run_sync(controller.decide, rows)
+    except RowError as exc:
+        raise ApiError(
+            422, "validation_error", str(exc), [{"field": exc.field, "message": str(exc)}]
+        ) from None
+    out = DecideOut(
+        controller=row.name,
+        version=row.version,
+        trainer=controller.trainer,
+        model_hash=controller.model_hash,
+        decisions=[DecisionOut(**vars(d)) for d in decisions],
+    )
+    return JSONResponse(out.model_dump(mode="json"))
+
+
+async def healthz(request: Request) -> JSONResponse:
+    service: DecideService = request.app.state.decide
+    loaded = [{"name": n, "version": v} for n, v in service.versions.loaded()]
+    return JSONResponse({"status": "ok", "loaded": loaded})
+
+
+async def _api_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
+
+
+async def _database_down(_request: Request, exc: Exception) -> JSONResponse:
+    log.warning("database unreachable: %s", type(exc).__name__)
+    body = error_body("unavailable", "the registry's database is not answering; try again")
+    return JSONResponse(body, status_code=503, headers={"Retry-After": "2"})
+
+
+async def _keep_warm(service: DecideService) -> None:
+    while True:
+        await asyncio.sleep(POLL_S)
+        try:
+            await anyio.to_thread.run_sync(service.warm)
+        except Exception as exc:  # the next poll tries again; calls resolve on their own
+            log.warning("warming the live versions failed: %s", exc)
+
+
+def create_app(settings: Settings | None = None) -> Starlette:
+    service = DecideService(settings or get_settings())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        check_migrated(service.engine)
+        await anyio.to_thread.run_sync(service.start)
+        app.state.decide = service
+        warm = asyncio.create_task(_keep_warm(service))
+        try:
+            yield
+        finally:
+            warm.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await warm
+
+    handlers: dict[Any, Any] = {
+        ApiError: _api_error,
+        sa.exc.OperationalError: _database_down,
+        sa.exc.InterfaceError: _database_down,
+    }
+    return Starlette(
+        routes=[Route("/decide", decide, methods=["POST"]), Route("/healthz", healthz)],
+        exception_handlers=handlers,
+        lifespan=lifespan,
+    )
