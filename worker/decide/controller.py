@@ -1,32 +1,28 @@
 """A trained controller answering rows (`DecideRow`: a state and its candidate tools) with a
-`Decision` each: the action, each candidate's probability, the margin and whether it abstains.
+`Decision` each: the action, each candidate's probability, the margin and whether it abstains
+(`decision.py` says how those are made).
 
 It stands on the policies of evaluation (`worker/evaluate/policies.py`): the same files load the
 same model, so a decision here is the argmax a bench scored. One `decide(rows)` is one scoring
-call for the whole batch (the trm splits it into forwards of `SCORE_ROWS` rows).
-
-- **Probabilities**: a softmax over the row's candidates of the policy's scores (a trm's logits,
-  a gbdt's ranking scores, an LM's log-likelihoods), so margins of every trainer read alike.
-- **Margin**: the best probability less the second best; 1.0 for a row of one candidate.
-- **Abstain**: `margin < abstain_margin` (never without a margin). The action is still given: the
-  caller decides what an abstention means (a fallback, a human), and a log of abstentions shows
-  what the controller would have done.
-- **Bounds**: a row the controller cannot read raises `RowError` naming the field
-  (`rows[3].tools`) before any model runs; the limits are the constants below.
+call for the whole batch (the trm splits it into forwards of `SCORE_ROWS` rows). A row the
+controller cannot read raises `RowError` naming the field (`rows[3].tools`) before any model
+runs; the bounds are the constants below.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from core.rundir import ADAPTER, RUN_META
+from worker.decide.decision import Decision, check_margin, decision
 from worker.evaluate.policies import load_policy
-from worker.models.policy import Policy, argmax
+from worker.models.policy import Policy
+
+__all__ = ["Controller", "DecideRow", "Decision", "RowError", "load_controller"]
 
 TRAINERS = ("trm", "gbdt", "qlora")
 MAX_ROWS = 4096  # rows per decide call
@@ -44,18 +40,6 @@ class DecideRow:
     tools: list[str]
 
 
-@dataclass(frozen=True)
-class Decision:
-    """`action` is the best candidate (ties go to the earlier one); `scores` its probabilities,
-    in the row's order; `abstain` is true when the margin is under the controller's
-    `abstain_margin`. The action is given either way (never None for a row that was read)."""
-
-    action: str | None
-    scores: list[float]
-    margin: float
-    abstain: bool
-
-
 class RowError(ValueError):
     """A row the controller cannot read; `field` names it (`rows[3].tools`)."""
 
@@ -69,27 +53,19 @@ class Controller:
     hash of its files (the policy's: the same weights give the same hash)."""
 
     def __init__(self, policy: Policy, trainer: str, abstain_margin: float | None = None) -> None:
-        if abstain_margin is not None and not 0.0 <= abstain_margin <= 1.0:
-            raise ValueError(f"abstain_margin: {abstain_margin} is not within 0..1")
         self.policy = policy
         self.trainer = trainer
         self.model_hash = policy.model_hash
-        self.abstain_margin = abstain_margin
+        self.abstain_margin = check_margin(abstain_margin)
 
     def decide(self, rows: Sequence[DecideRow]) -> list[Decision]:
         check_rows(rows)
         if not rows:
             return []
         scores = self.policy.scores_batch([r.state for r in rows], [list(r.tools) for r in rows])
-        return [self.decision(row.tools, s) for row, s in zip(rows, scores, strict=True)]
-
-    def decision(self, tools: Sequence[str], scores: Sequence[float]) -> Decision:
-        """One row's decision from its raw scores."""
-        probs = softmax(scores)
-        best = argmax(scores)
-        margin = probability_margin(probs)
-        abstain = self.abstain_margin is not None and margin < self.abstain_margin
-        return Decision(tools[best], probs, margin, abstain)
+        return [
+            decision(row.tools, s, self.abstain_margin) for row, s in zip(rows, scores, strict=True)
+        ]
 
 
 def load_controller(
@@ -140,18 +116,3 @@ def check_rows(rows: Sequence[DecideRow]) -> None:
             if tool in seen:
                 raise RowError(f"{where}.tools[{k}]", f"{tool!r} is offered twice")
             seen.add(tool)
-
-
-def softmax(scores: Sequence[float]) -> list[float]:
-    top = max(scores)
-    weights = [math.exp(s - top) for s in scores]
-    total = math.fsum(weights)
-    return [w / total for w in weights]
-
-
-def probability_margin(probs: Sequence[float]) -> float:
-    """The best probability less the second best; 1.0 with one candidate."""
-    if len(probs) < 2:
-        return 1.0
-    first, second = sorted(probs, reverse=True)[:2]
-    return first - second

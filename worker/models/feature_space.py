@@ -27,6 +27,7 @@ from core.rundir import write_json_atomic
 from worker.context import StageFailure
 from worker.features import kinds
 from worker.features.row import row_features as row_features
+from worker.models.encoding import raw_matrix, scaled_matrix
 
 MIN_SHARE = 0.005  # a feature must occur in this share of train rows (and at least twice)
 MIN_ENVS = 3  # ... and in half the train worlds (envs), up to this many
@@ -123,23 +124,12 @@ class FeatureSpace:
     def raw(self, state: str, tools: list[str]) -> np.ndarray:
         """(candidates, features): the values, NaN where a candidate has no such feature (what a
         tree model reads)."""
-        index = self.index
-        out = np.full((len(tools), len(self.names)), np.nan, dtype=np.float64)
-        for c, features in enumerate(row_features(state, tools)):
-            for name, value in features.items():
-                j = index.get(name)
-                if j is not None:
-                    out[c, j] = value
-        return out
+        return raw_matrix(self.index, state, tools)
 
     def scaled(self, state: str, tools: list[str]) -> np.ndarray:
         """(candidates, 2 * features), float32: the scaled values (0 where missing) and a
         presence flag for each (what the neural model reads)."""
-        raw = self.raw(state, tools)
-        present = ~np.isnan(raw)
-        values = np.where(present, _squash_array(np.nan_to_num(raw)), 0.0)
-        values = np.where(present, (values - self._mean) / self._scale, 0.0)
-        return np.concatenate([values, present], axis=1).astype(np.float32)
+        return scaled_matrix(self.raw(state, tools), self._mean, self._scale)
 
     @property
     def _mean(self) -> np.ndarray:
@@ -181,7 +171,3 @@ def _constant(acc: list[float], candidates: int) -> bool:
 
 def _squash(value: float) -> float:
     return math.copysign(math.log1p(abs(value)), value)
-
-
-def _squash_array(values: np.ndarray) -> np.ndarray:
-    return np.sign(values) * np.log1p(np.abs(values))
