@@ -10,7 +10,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
+from core.controllers import MAX_ROWS, DecideRowIn
 from core.models import TERMINAL_STATUSES
 from core.schemas.bench import BenchSpec
 from core.schemas.specs import RUN_SPEC
@@ -231,6 +233,37 @@ async def get_ledger(api: Api, args: dict[str, Any]) -> Any:
     return await api.json("GET", f"/runs/{args['run_id']}/ledger")
 
 
+def _controller_path(name: str, tail: str = "") -> str:
+    return f"/controllers/{quote(name, safe='')}{tail}"
+
+
+async def list_controllers(api: Api, args: dict[str, Any]) -> Any:
+    name = args.get("name")
+    return await api.json("GET", _controller_path(name) if name else "/controllers")
+
+
+async def decide(api: Api, args: dict[str, Any]) -> Any:
+    body = {"rows": args["rows"], "version": args.get("version")}
+    return await api.json("POST", _controller_path(args["name"], "/decide"), json_body=body)
+
+
+def decide_schema() -> dict[str, Any]:
+    row = DecideRowIn.model_json_schema()
+    row["description"] = (
+        "one decision to make: the state as text (serialize a JSON state) and the candidate "
+        "tools in order"
+    )
+    return obj(
+        {
+            "name": {"type": "string", "description": "a controller from list_controllers"},
+            "rows": {"type": "array", "items": row, "minItems": 1, "maxItems": MAX_ROWS},
+            "version": {"type": "integer", "minimum": 1,
+                        "description": "a version instead of the live one (default: live)"},
+        },
+        ("name", "rows"),
+    )  # fmt: skip
+
+
 def tools() -> list[Tool]:
     run_only = obj({"run_id": RUN_ID}, ("run_id",))
     return [
@@ -263,4 +296,11 @@ def tools() -> list[Tool]:
                  ("run_id",)), read_artifact),
         Tool("get_ledger", "A hill-climb run's ledger: every candidate tried and its score.",
              run_only, get_ledger),
+        Tool("list_controllers", "Promoted controllers, each with its live version and "
+             "scorecard figures; with name, every version of that one.",
+             obj({"name": {"type": "string", "description": "a controller's name"}}),
+             list_controllers),
+        Tool("decide", "Ask a promoted controller which tool to take: each row's action, every "
+             "candidate's probability, the margin, whether it abstains (margin under its "
+             "threshold) and the version that decided.", decide_schema(), decide),
     ]  # fmt: skip

@@ -1,0 +1,57 @@
+"""An agent asks a promoted controller for decisions through `trm mcp` (the MCP SDK's own client
+over stdio), with a token: the API forwards to the real decision process."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.settings import Settings
+from tests.conftest import Service, run_async
+from tests.mcp.test_mcp_server import TOKEN, call, error_of, over_stdio
+from tests.service.test_controllers import ROW, start_decider, train
+
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+
+@pytest.fixture
+def promoted(
+    env: dict[str, str], migrated: Settings, tmp_path: Path, route_corpus: Path
+) -> Iterator[Service]:
+    """A guarded service with the decision process and a trm promoted as `router`."""
+    svc = Service({**env, "TRM_API_TOKEN": TOKEN}, tmp_path / "logs")
+    svc.http.headers["Authorization"] = f"Bearer {TOKEN}"
+    try:
+        start_decider(svc)
+        svc.start_api()
+        svc.start_worker()
+        run_id = train(svc, migrated, route_corpus, "trm")
+        assert svc.wait_status(run_id, "completed", "failed", timeout=120)["status"] == "completed"
+        answer = svc.http.post("/controllers", json={"name": "router", "run_id": run_id})
+        assert answer.status_code == 201, answer.text
+        yield svc
+    finally:
+        svc.stop()
+
+
+def test_an_agent_lists_controllers_and_gets_decisions_over_mcp(promoted: Service) -> None:
+    async def scenario() -> dict[str, Any]:
+        async with over_stdio(promoted) as session:
+            listed = await call(session, "list_controllers")
+            assert [c["name"] for c in listed["controllers"]] == ["router"]
+            assert listed["controllers"][0]["live"]["promoted_by"] == "token"
+            answer = await call(session, "decide", name="router", rows=[ROW, ROW])
+            bad = await error_of(session, "decide", name="router",
+                                 rows=[ROW, {"state": "s", "tools": []}])  # fmt: skip
+            unknown = await error_of(session, "decide", name="nobody", rows=[ROW])
+            return {"answer": answer, "bad": bad, "unknown": unknown}
+
+    seen = run_async(scenario())
+    answer = seen["answer"]
+    assert answer["version"] == 1 and len(answer["decisions"]) == 2
+    assert all(d["action"] in ROW["tools"] for d in answer["decisions"])
+    assert "rows[1].tools" in seen["bad"]
+    assert "nobody" in seen["unknown"] and "404" in seen["unknown"]
