@@ -15,6 +15,7 @@ from app.cli import (
     db,
     demo,
     envs,
+    export,
     importspec,
     runs,
     schemas,
@@ -24,7 +25,7 @@ from app.client import api_url
 from trm_mcp import cli as mcp
 
 VERB_MODULES = (
-    server, db, runs, controllers, demo, bench, corpus, envs, importspec, schemas, mcp,
+    server, db, runs, controllers, demo, bench, corpus, envs, export, importspec, schemas, mcp,
 )  # fmt: skip
 
 
