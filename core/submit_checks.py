@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
-from core.benches.menu import bench_names, load_entry
+from core.benches.menu import bench_names, external_data, load_entry
 from core.db import get_engine
 from core.errors import ApiError
 from core.models import Run
@@ -66,6 +66,8 @@ def check_bench(resolved: dict[str, Any], settings: Settings, dry_run: bool) -> 
         return  # the bench name's own 404/422 says it
     if entry.get("external"):  # its data first: without it nothing else matters
         check_external(entry, resolved, settings.data_dir)
+    if resolved.get("instances") and "instances" not in entry["defaults"]:
+        raise _refuse("instances", f"bench {entry['name']} has no instances to choose")
     sides = {side: _run_id(resolved.get(side)) for side in ("router", "baseline")}
     wanted = {run_id for run_id in sides.values() if run_id}
     if wanted:
@@ -88,10 +90,11 @@ def check_external(entry: dict[str, Any], resolved: dict[str, Any], data_dir: Pa
     """A bench on a published data set: its data folder is there (nothing is downloaded) and
     it has a trained router to score."""
     name, defaults = entry["name"], entry["defaults"]
-    data = resolved.get("data") or defaults.get("data") or name
-    path = confine(data, "data", data_dir)
-    if not path.is_dir():
-        raise _refuse("data", f"bench {name}: no data at {path}; {entry.get('install')}")
+    data = external_data(entry, resolved.get("data"))
+    if data is not None:  # else an installed package's: the worker checks it is there
+        path = confine(data, "data", data_dir)
+        if not path.is_dir():
+            raise _refuse("data", f"bench {name}: no data at {path}; {entry.get('install')}")
     if (resolved.get("router") or defaults.get("router")) == "none":
         raise _refuse(
             "router",

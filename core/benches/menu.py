@@ -19,8 +19,11 @@ its data lies:
     "external": "routellm"   (the data set's bench in worker.external.BENCHES)
     "baselines": [...]       (the data set's own baselines; `baseline` names one of them)
     "install": "..."         (what to put where when the data is missing)
+    "package": "bfcl-eval"   (optional: the installed package the data comes from when `data`
+                              is not given; the worker says what to install when it is missing)
     "defaults": {"baseline": "random", "router": "none", "data": "routellm"}
-              (`data`: a folder under DATA_DIR; a bench run needs a trained `router`)
+              (`data`: a folder under DATA_DIR, null with a `package`; a bench run needs a
+              trained `router`; jobshop's `instances`: the first N of each anchor set)
 """
 
 from __future__ import annotations
@@ -57,6 +60,15 @@ def load_entry(name: str, spec_dir: Path | None = None) -> dict[str, Any]:
     return entry
 
 
+def external_data(entry: dict[str, Any], requested: str | None) -> str | None:
+    """An external bench's data folder name under DATA_DIR: the one asked for, else the entry's
+    default; None where the data comes from an installed package."""
+    default = entry["defaults"].get("data")
+    if requested or default:
+        return requested or default
+    return None if entry.get("package") else entry["name"]
+
+
 def menu(spec_dir: Path | None = None) -> list[dict[str, Any]]:
     """What `GET /benches` lists."""
     out = []
@@ -72,6 +84,7 @@ def menu(spec_dir: Path | None = None) -> list[dict[str, Any]]:
                 "results_jsonl": entry.get("results_jsonl"),
                 "external": entry.get("external"),
                 "baselines": entry.get("baselines"),
+                "package": entry.get("package"),
             }
         )
     return out

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from core.benches.menu import load_entry
+from core.benches.menu import external_data, load_entry
 from core.paths import confined, is_run_id, outside_message, under
 from core.rundir import (
     ADAPTER,
@@ -264,18 +264,22 @@ def resolve_external(
     entry: dict[str, Any], spec: dict[str, Any], runs_dir: Path, data_dir: Path, model_cache: Path
 ) -> dict[str, Any]:
     """An external bench (a published data set): its data folder under DATA_DIR, which must be
-    there (nothing is downloaded), a trained router, and a baseline that is one of the data
-    set's own or another trained model."""
+    there (nothing is downloaded), or none where the data comes from an installed package (the
+    worker says what to install when it is missing), a trained router, and a baseline that is
+    one of the data set's own or another trained model."""
     name, defaults = entry["name"], entry["defaults"]
-    data = spec.get("data") or defaults.get("data") or name
-    path = confined(data, Path(data_dir))
-    if path is None:
+    data = external_data(entry, spec.get("data"))
+    path = None if data is None else confined(data, Path(data_dir))
+    if data is not None and path is None:
         raise ResolveError("bad_input", f"data: {outside_message(data, 'TRM_DATA_DIR')}")
-    if not path.is_dir():
+    if path is not None and not path.is_dir():
         raise ResolveError(
             "dependency",
             f"bench {name}: no data at {path}; {entry.get('install') or 'put the data set there'}",
         )
+    instances = spec.get("instances") or defaults.get("instances")
+    if spec.get("instances") and "instances" not in defaults:
+        raise ResolveError("bad_input", f"instances: bench {name} has no instances to choose")
     router = spec.get("router") or defaults["router"]
     if router == "none":
         raise ResolveError(
@@ -298,7 +302,9 @@ def resolve_external(
         "bench": name,
         "external": entry["external"],
         "description": entry.get("description"),
-        "data": str(path),
+        "data": None if path is None else str(path),
+        "package": entry.get("package") if path is None else None,
+        "instances": instances,
         "anchor_worlds": entry.get("anchor_worlds"),
         "baselines": baselines,
         "baseline": sides["baseline"],

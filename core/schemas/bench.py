@@ -30,4 +30,7 @@ class BenchSpec(CommonSpec):
     results_jsonl: str | None = Field(default=None, max_length=4096)
     # An external bench's data folder under DATA_DIR (its default: the bench's `data`).
     data: str | None = Field(default=None, min_length=1, max_length=4096)
+    # An external bench's instances per anchor set, where it rolls out (jobshop; its default:
+    # the bench's `instances`).
+    instances: int | None = Field(default=None, ge=1, le=1000)
     seed: Seed = 0

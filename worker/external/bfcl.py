@@ -22,6 +22,12 @@ Baselines: `lexical` (the function whose name and description share most words w
 question, `lexical_pick`; never abstains), `first-listed` (the first function offered), `random`
 (uniform over the candidates, NO_CALL included: the controller's chance level; one draw per
 seed). Learned (common.LEARNED): trained by `train_policy` on each fold's corpus.
+
+The service's `bfcl` bench (specs/benches/bfcl.json, `score`) scores one model trained elsewhere,
+so it holds one fold out: the bench split (`corpus_spec`: fold ANCHOR_FOLD's function sets as
+anchors, the rest train and val), on which the router is trained; the same figures as above,
+on that fold's anchors only, beside the same baselines. A model whose train or val rows hold an
+anchor function set is refused.
 """
 
 from __future__ import annotations
@@ -40,7 +46,16 @@ from worker.corpus import build_corpus
 from worker.corpus.bfcl import NO_CALL, data_folder, files_of, read_rows
 from worker.corpus.rows import Row, Tally
 from worker.evaluate import scorecard
-from worker.external.common import LEARNED, BenchRow, Log, train_policy
+from worker.external.common import (
+    LEARNED,
+    BenchRow,
+    Log,
+    Scored,
+    ScoreRefused,
+    reshaping,
+    train_policy,
+    trained_envs,
+)
 from worker.models.policy import Policy, argmax
 
 CHOICE_SETS = ("multiple", "live_multiple")
@@ -48,7 +63,10 @@ ABSTAIN_SETS = ("irrelevance", "live_irrelevance")
 CATEGORIES = [*CHOICE_SETS, *ABSTAIN_SETS]
 BASELINES = ("lexical", "first-listed", "random")
 FOLDS, FOLD_SEED, VAL_FRACTION = 5, 0, 0.2
+# The fold whose function sets are the service bench's anchors (`corpus_spec`).
+ANCHOR_FOLD = 0
 SCORE_BATCH = 256
+INSTALL = "`pip install --no-deps bfcl-eval` (BFCL's data files, without its dependencies)"
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _WORD = re.compile(r"[a-z0-9]{3,}")
 
@@ -107,14 +125,14 @@ def locate(data: Path | None) -> Path:
     if data is None:
         installed = bfcl_data_folder()
         if installed is None:
-            raise FileNotFoundError(
-                "no BFCL data: `pip install --no-deps bfcl-eval`, or pass a checkout's "
-                "bfcl_eval/data (--data bfcl=PATH)"
-            )
+            raise FileNotFoundError(f"no BFCL data: {INSTALL}, or pass a checkout's "
+                                    "bfcl_eval/data (--data bfcl=PATH)")  # fmt: skip
         data = Path(installed)
     folder = data_folder(Path(data))
     if folder is None:
-        raise FileNotFoundError(f"{data} holds no BFCL_v4_*.json (want bfcl_eval/data)")
+        raise FileNotFoundError(f"{data} holds no BFCL_v4_*.json (want a copy of a "
+                                f"checkout's bfcl_eval/data); or leave the data out and "
+                                f"{INSTALL}")  # fmt: skip
     return folder
 
 
@@ -155,39 +173,64 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def all_rows(folder: Path, categories: Sequence[str]) -> list[Row]:
+    """Every row of the categories in BFCL's data folder, as the corpus source reads them."""
+    source = BfclSource.model_validate(
+        {"type": "bfcl", "name": "bfcl", "path": str(folder), "categories": list(categories)}
+    )
+    tally = Tally("bfcl", "bfcl", str(folder))
+    return read_rows(source, files_of(source, "data"), tally, lambda _: None)
+
+
+def split_spec(folder: Path, categories: Sequence[str], anchors: list[str]) -> dict[str, Any]:
+    """A corpus of the categories holding the function sets `anchors` out as anchors (never
+    trained on) and splitting the rest by env into train and val."""
+    return {
+        "sources": [{"type": "bfcl", "name": "bfcl", "path": str(folder),
+                     "categories": list(categories)}],
+        "split": {"by": "env", "seed": FOLD_SEED, "val_fraction": VAL_FRACTION,
+                  "anchor": anchors},
+        "dedupe": False,
+    }  # fmt: skip
+
+
+def corpus_spec(folder: Path, categories: Sequence[str] = CATEGORIES) -> dict[str, Any]:
+    """The bench split a router is trained on for the service's `bfcl` bench: fold ANCHOR_FOLD's
+    function sets (deal_folds) held out as anchors."""
+    return split_spec(folder, categories, deal_folds(all_rows(folder, categories))[ANCHOR_FOLD])
+
+
+def build_fold(
+    spec: dict[str, Any], out: Path, categories: list[str], log: Log, label: str
+) -> Fold:
+    """The corpus of one split (`spec`, its anchors never trained on), its anchors read back."""
+    build_corpus(CorpusSpec.model_validate(spec), out)
+    anchors = _read_jsonl(out / "anchor.jsonl")
+    seen = {
+        name for split in ("train", "val") for row in _read_jsonl(out / f"{split}.jsonl")
+        for name in row["tools"]
+    }  # fmt: skip
+    fold = Fold(out, [r["state"] for r in anchors], [r["tools"] for r in anchors],
+                [r["meta"]["id"] for r in anchors], [r["meta"]["category"] for r in anchors],
+                [r["action"] for r in anchors])  # fmt: skip
+    for category in categories:
+        offered = {name for row in anchors if row["meta"]["category"] == category
+                   for name in row["tools"] if name != NO_CALL}  # fmt: skip
+        fold.names[category] = (len(offered), len(offered - seen))
+    unseen = ", ".join(f"{c} {new}/{n}" for c, (n, new) in fold.names.items())
+    log(f"bfcl {label}: {len(spec['split']['anchor'])} function sets, {len(anchors)} anchor "
+        f"rows; anchor function names never in train or val: {unseen}")  # fmt: skip
+    return fold
+
+
 def build_folds(folder: Path, work: Path, categories: list[str], log: Log) -> list[Fold]:
     """One corpus per fold (see the module docstring), its anchors read back."""
-    source = {"type": "bfcl", "name": "bfcl", "path": str(folder), "categories": categories}
-    tally = Tally("bfcl", "bfcl", str(folder))
-    spec_source = BfclSource.model_validate(source)
-    rows = read_rows(spec_source, files_of(spec_source, "data"), tally, lambda _: None)
-    folds = []
-    for k, envs in enumerate(deal_folds(rows)):
-        spec = {
-            "sources": [source],
-            "split": {"by": "env", "seed": FOLD_SEED, "val_fraction": VAL_FRACTION,
-                      "anchor": envs},
-            "dedupe": False,
-        }  # fmt: skip
-        out = work / f"corpus-fold{k}"
-        build_corpus(CorpusSpec.model_validate(spec), out)
-        anchors = _read_jsonl(out / "anchor.jsonl")
-        seen = {
-            name for split in ("train", "val") for row in _read_jsonl(out / f"{split}.jsonl")
-            for name in row["tools"]
-        }  # fmt: skip
-        fold = Fold(out, [r["state"] for r in anchors], [r["tools"] for r in anchors],
-                    [r["meta"]["id"] for r in anchors], [r["meta"]["category"] for r in anchors],
-                    [r["action"] for r in anchors])  # fmt: skip
-        for category in categories:
-            offered = {name for row in anchors if row["meta"]["category"] == category
-                       for name in row["tools"] if name != NO_CALL}  # fmt: skip
-            fold.names[category] = (len(offered), len(offered - seen))
-        unseen = ", ".join(f"{c} {new}/{n}" for c, (n, new) in fold.names.items())
-        log(f"bfcl fold {k}: {len(envs)} function sets, {len(anchors)} anchor rows; anchor "
-            f"function names never in train or val: {unseen}")  # fmt: skip
-        folds.append(fold)
-    return folds
+    dealt = deal_folds(all_rows(folder, categories))
+    return [
+        build_fold(split_spec(folder, categories, envs), work / f"corpus-fold{k}", categories,
+                   log, f"fold {k}")
+        for k, envs in enumerate(dealt)
+    ]  # fmt: skip
 
 
 def picks(policy: Policy, fold: Fold) -> dict[str, str]:
@@ -220,7 +263,7 @@ def score_rows(
                         len(runs), seconds, **kw)  # fmt: skip
 
     rows = []
-    learned = method in LEARNED
+    learned = method not in BASELINES  # a trained model: how new the anchors' names are
     for name in CHOICE_SETS:
         right = outcomes([name], lambda i, pick: pick == truth[i])
         if not right:
@@ -276,6 +319,42 @@ class BfclBench:
                 runs.append(run)
                 log(f"bfcl {method} seed {seed}: {len(folds)} folds trained")
             rows += score_rows(method, folds, runs, seconds / (len(seeds) * len(folds)))
+        return rows
+
+    def score(
+        self, work: Path, data: Path | None, models: list[Scored], seeds: list[int], log: Log
+    ) -> list[BenchRow]:
+        """The baselines and models trained elsewhere (a service bench's sides) on the anchors of
+        the bench split (`corpus_spec`: fold ANCHOR_FOLD's function sets). A model that trained
+        on an anchor function set is refused; each reads the anchors shaped by its own corpus
+        knobs."""
+        folder = locate(data)
+        spec = corpus_spec(folder, self.categories)
+        fold = build_fold(spec, work / "corpus", self.categories, log, "bench split")
+        rows: list[BenchRow] = []
+        for name in BASELINES:
+            draws = seeds if name == "random" else seeds[:1]
+            rows += score_rows(name, [fold], [picks(Baseline(name, s), fold) for s in draws], None)
+        anchors = set(spec["split"]["anchor"])
+        for model in models:
+            overlap = anchors & trained_envs(model.corpus)
+            if overlap:
+                raise ScoreRefused(
+                    f"{model.name} trained on {len(overlap)} of the bench's {len(anchors)} anchor "
+                    "function sets; train it on a bfcl corpus split as worker/external/bfcl.py's "
+                    "corpus_spec splits it"
+                )
+            shaped, knobs = fold, reshaping(model.knobs)
+            if knobs:
+                digest = hashlib.sha256(json.dumps(knobs, sort_keys=True).encode())
+                shaped = build_fold({**spec, "knobs": knobs},
+                                    work / f"corpus-{digest.hexdigest()[:12]}", self.categories,
+                                    log, f"bench split shaped for {model.name}")  # fmt: skip
+                if shaped.ids != fold.ids:
+                    raise ValueError(f"{model.name}: its corpus knobs {knobs} change which "
+                                     "rows are anchors; bench it without them")  # fmt: skip
+            rows += score_rows(model.name, [fold], [picks(model.policy, shaped)], None)
+            log(f"bfcl {model.name}: scored on {len(fold.ids)} anchor rows")
         return rows
 
     def targets(self, rows: list[BenchRow]) -> list[tuple[str, bool, str]]:

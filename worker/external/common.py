@@ -6,12 +6,14 @@ method, metric), the community's figure averaged over the seeds with its 95% int
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from core.schemas.corpus import Knobs
 from worker.models.policy import Policy
 
 # The learned methods every external bench trains on its own corpus; baselines are its own.
@@ -48,6 +50,34 @@ class Scored:
     name: str
     policy: Policy
     knobs: dict[str, Any] = field(default_factory=dict)
+    # The corpus folder it trained on (train.jsonl, val.jsonl), when known: a bench refuses a
+    # model that trained on its anchors.
+    corpus: Path | None = None
+
+
+class ScoreRefused(Exception):
+    """What a bench was asked to score cannot be scored as asked (a model trained on the
+    anchors, more work than the time allowed); the message says what to change."""
+
+
+def reshaping(knobs: dict[str, Any]) -> dict[str, Any]:
+    """The corpus knobs that change how a row reads, of those given: the ones off their default
+    (a train run's manifest lists every knob)."""
+    defaults = Knobs().model_dump()
+    return {k: v for k, v in knobs.items() if k not in defaults or v != defaults[k]}
+
+
+def trained_envs(corpus: Path | None) -> set[str]:
+    """The envs of a corpus's train and val rows (none when the corpus is not known)."""
+    if corpus is None:
+        return set()
+    envs = set()
+    for split in ("train.jsonl", "val.jsonl"):
+        path = corpus / split
+        if path.is_file():
+            with path.open(encoding="utf-8") as lines:
+                envs |= {json.loads(line)["meta"]["env"] for line in lines if line.strip()}
+    return envs
 
 
 class ExternalBench(Protocol):
@@ -61,8 +91,6 @@ class ExternalBench(Protocol):
 def qlora_sizing() -> dict[str, Any]:
     """The QLoRA demo's adapter (`specs/train-routerbench-qlora.json`: the built-in SmolLM2, 30
     steps of 8 rows), so that every bench reports the same adapter and it finishes on a CPU."""
-    import json
-
     spec = Path(__file__).resolve().parents[2] / "specs" / "train-routerbench-qlora.json"
     return dict(json.loads(spec.read_text())["qlora"])
 

