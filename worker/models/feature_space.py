@@ -18,6 +18,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -117,8 +118,10 @@ class FeatureSpace:
         features.json; `self.names[i]` is column i's."""
         return [f"f{i:04d}_{_UNSAFE.sub('_', n)[:80]}" for i, n in enumerate(self.names)]
 
-    @property
+    @cached_property
     def index(self) -> dict[str, int]:
+        """Each name's column, built once (a space is not changed after it is fitted or
+        loaded): rebuilding it per row cost a decision more than its forward."""
         return {name: i for i, name in enumerate(self.names)}
 
     def raw(self, state: str, tools: list[str]) -> np.ndarray:
