@@ -130,6 +130,9 @@ def test_promote_decide_promote_again_and_roll_back(trained: Trained) -> None:
     # A pinned version decides while another is live, and its own answer says which.
     pinned = trained.decide("router", [ROW], version=1).json()
     assert pinned["version"] == 1 and same(pinned["decisions"], first["decisions"][:1])
+    direct = httpx.post(f"{trained.svc.env['TRM_DECIDE_URL']}/decide",
+                        json={"controller": "router@1", "rows": [ROW]}).json()  # fmt: skip
+    assert direct["version"] == 1 and same(direct["decisions"], pinned["decisions"])
 
     back = trained.http.post("/controllers/router/rollback", json={"version": 1})
     assert back.status_code == 200 and back.json()["live_version"] == 1, back.text
