@@ -44,7 +44,10 @@ def _run(tmp_path_factory: pytest.TempPathFactory, corpus: Path, trainer: str) -
     for name in ("train.jsonl", "val.jsonl", "anchor.jsonl"):
         (run.corpus / name).write_text((corpus / name).read_text())
     if trainer == "trm":
-        trm.train({**TINY, "epochs": 4}, run.corpus, run.trainer_dir, TrainerCallbacks(), seed=0)
+        # Two latent updates, two cycles, two halting steps: the export's numpy forward is held
+        # to every part of the recursion.
+        config = {**TINY, "n_recursions": 2, "cycles": 2, "supervision_steps": 2, "epochs": 4}
+        trm.train(config, run.corpus, run.trainer_dir, TrainerCallbacks(), seed=0)
     else:
         gbdt.train({"n_estimators": 40}, run.corpus, run.trainer_dir, TrainerCallbacks(), seed=0)
     return run

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from safetensors.numpy import load_file, save_file
 
 from app.cli import main as trm_main
 from tests.decide.conftest import TinyRun
@@ -88,19 +89,21 @@ def test_trm_export_prints_the_rows_checked_and_fails_on_a_disagreement(
     rows = len(anchor_rows(trm_run))
     assert f"checked {rows} rows" in printed and "same action on every row" in printed
 
-    # A changed weight (the manifest updated to match, as a careless edit would) disagrees.
+    # A changed weight (the manifest updated to match, as a careless edit would) disagrees: the
+    # scoring head negated ranks every row the other way round.
     weights = out / "model.safetensors"
-    blob = bytearray(weights.read_bytes())
-    blob[-64:] = bytes(64)  # the last tensor's tail zeroed
-    weights.write_bytes(bytes(blob))
+    tensors = load_file(weights)
+    tensors["score.weight"] = -tensors["score.weight"]
+    save_file(tensors, weights)
+    blob = weights.read_bytes()
     manifest = json.loads((out / "manifest.json").read_text())
     for entry in manifest["files"]:
         if entry["path"] == "model.safetensors":
-            entry["sha256"] = hashlib.sha256(bytes(blob)).hexdigest()
+            entry["sha256"] = hashlib.sha256(blob).hexdigest()
     (out / "manifest.json").write_text(json.dumps(manifest))
     controller = load_controller(trm_run.trainer_dir, "trm")
     _, disagreements = check_export(out, controller, read_rows(trm_run.corpus / "anchor.jsonl"))
-    assert disagreements and disagreements[0].score_diff > 1e-4
+    assert sum(d.service_action != d.export_action for d in disagreements) >= rows // 2
 
 
 def test_an_export_refuses_files_changed_after_it_was_written(gbdt_run: TinyRun, tmp_path):
