@@ -269,13 +269,14 @@ def check_export(
 
 def run_exported(out_dir: Path, rows: list[DecideRow]) -> list[Decision]:
     """The exported decide.py's answers to `rows`, from a fresh `python -I` that can import
-    neither the project nor torch (only the export folder on its PYTHONPATH)."""
+    neither the project nor torch (only the export folder on its PYTHONPATH); `-B` leaves no
+    bytecode in the export."""
     with tempfile.TemporaryDirectory() as tmp:
         rows_file = Path(tmp) / "rows.jsonl"
         rows_file.write_text("".join(json.dumps({"state": r.state, "tools": r.tools}) + "\n"
                                      for r in rows))  # fmt: skip
         env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(out_dir)}
-        command = [sys.executable, "-I", "-c", GUARD, str(out_dir / DECIDE), "--rows",
+        command = [sys.executable, "-I", "-B", "-c", GUARD, str(out_dir / DECIDE), "--rows",
                    str(rows_file)]  # fmt: skip
         done = subprocess.run(command, cwd=tmp, env=env, capture_output=True, text=True,
                               timeout=CHECK_TIMEOUT_S, check=False)  # fmt: skip

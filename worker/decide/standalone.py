@@ -166,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for n, line in enumerate(text.split("\n"), 1):
         if line.strip():
-            row = json.loads(line)
+            try:
+                row = json.loads(line)
+            except ValueError:
+                row = None
             if not isinstance(row, dict) or "state" not in row or "tools" not in row:
                 print(f"{args.rows} line {n}: not a row with state and tools", file=sys.stderr)
                 return 2
