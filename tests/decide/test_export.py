@@ -17,6 +17,7 @@ from safetensors.numpy import load_file, save_file
 from app.cli import main as trm_main
 from tests.decide.conftest import TinyRun
 from tests.decide.test_controller import anchor_rows
+from worker.decide import numpy_trm
 from worker.decide.controller import load_controller
 from worker.decide.export import (
     ExportError,
@@ -25,6 +26,7 @@ from worker.decide.export import (
     read_rows,
     run_exported,
 )
+from worker.models import trm
 
 # The exported decide.py's process: the project and torch refused, the export's folder alone on
 # the path (an editable install would otherwise let it import the project even under -I).
@@ -115,6 +117,13 @@ def test_an_export_refuses_files_changed_after_it_was_written(gbdt_run: TinyRun,
         run_exported(out, rows)
 
 
-def test_a_qlora_export_says_it_is_not_supported_yet(tmp_path: Path) -> None:
+def test_what_cannot_be_exported_is_refused_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(ExportError, match="qlora export is not supported yet"):
         export_controller(tmp_path, "qlora", tmp_path / "out")
+    assert trm_main(["export", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
+    assert "no trained controller" in capsys.readouterr().err
+    # The numpy forward is a port of one version of the torch model: a new version needs a new
+    # port (and this test says so).
+    assert numpy_trm.FORMAT == trm.FORMAT

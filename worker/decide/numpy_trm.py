@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+FORMAT = "trm-v2"  # the version of worker/models/trm.py's model this forward is a port of
 PAD_SCORE = -1e9  # a padding candidate's score, as worker/models/trm.py
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default
 SET_LAYERS = 2  # the one network f: net.0 and net.1
@@ -94,7 +95,11 @@ class NumpyTrm:
 
     @classmethod
     def load(cls, weights: Path, config: Path) -> NumpyTrm:
-        cfg = json.loads(Path(config).read_text())["config"]
+        meta = json.loads(Path(config).read_text())
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"{config}: a trm of version {meta.get('format')}; this forward "
+                             f"runs {FORMAT}")  # fmt: skip
+        cfg = meta["config"]
         return cls(read_safetensors(weights), int(cfg["n_recursions"]), int(cfg["cycles"]),
                    int(cfg["supervision_steps"]))  # fmt: skip
 
