@@ -182,6 +182,23 @@ class Stack:
         self.wait_until(self.healthy, timeout, "the API to answer /healthz", [proc])
         return proc
 
+    def start_decider(self, timeout: float = 60) -> str:
+        """`decide-server` (the decision process) on a free port; its URL, also set as
+        TRM_DECIDE_URL in `env` so that an API started after it forwards there."""
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        self.env["TRM_DECIDE_URL"] = url
+        proc = self.spawn("decide", "decide-server", "--port", str(port))
+
+        def up() -> bool:
+            try:
+                return httpx.get(f"{url}/healthz", timeout=5).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        self.wait_until(up, timeout, "the decision process to answer /healthz", [proc])
+        return url
+
     def start_worker(
         self,
         worker_id: str | None = None,

@@ -12,7 +12,7 @@ import pytest
 from core.settings import Settings
 from tests.conftest import Service, run_async
 from tests.mcp.test_mcp_server import TOKEN, call, error_of, over_stdio
-from tests.service.test_controllers import ROW, start_decider, train
+from tests.service.test_controllers import ROW, train
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -25,7 +25,7 @@ def promoted(
     svc = Service({**env, "TRM_API_TOKEN": TOKEN}, tmp_path / "logs")
     svc.http.headers["Authorization"] = f"Bearer {TOKEN}"
     try:
-        start_decider(svc)
+        svc.start_decider()
         svc.start_api()
         svc.start_worker()
         run_id = train(svc, migrated, route_corpus, "trm")

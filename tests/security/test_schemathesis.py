@@ -32,6 +32,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     scratch.migrate()
     (root / "logs").mkdir()
     service = Service({**scratch.env, "TRM_SSE_KEEPALIVE_S": "0.2"}, root / "logs")
+    service.start_decider()  # /controllers/{name}/decide forwards to it
     service.start_api()
     yield service
     service.stop()

@@ -21,28 +21,10 @@ from core.db import make_engine
 from core.models import Run, Stage, utcnow
 from core.settings import Settings
 from tests.conftest import QUICK, ROOT, Service, rows_folder
-from tests.stack import Scratch, Stack, create_database, free_port
+from tests.stack import Scratch, create_database
 
 TINY_TRM = {"hidden": 16}
 ROW = {"state": "request: summarize the quarterly report", "tools": ["TRM_ONLY", "LLM_DIRECT"]}
-
-
-def start_decider(stack: Stack) -> str:
-    """`trm decide-server` on a free port, started with the stack's environment; its URL (the
-    stack's env carries it as TRM_DECIDE_URL for an API started after this)."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    stack.env["TRM_DECIDE_URL"] = url
-    proc = stack.spawn("decide", "decide-server", "--port", str(port))
-
-    def up() -> bool:
-        try:
-            return httpx.get(f"{url}/healthz", timeout=5).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    stack.wait_until(up, 60, "the decision process to answer /healthz", [proc])
-    return url
 
 
 def train(svc: Service, settings: Settings, corpus: Path, trainer: str) -> str:
@@ -77,7 +59,7 @@ def trained(
     settings = scratch.migrate()
     svc = Service({**scratch.env, **QUICK}, root / "logs")
     try:
-        start_decider(svc)
+        svc.start_decider()
         svc.start_api()
         svc.start_worker()
         runs = {t: train(svc, settings, route_corpus, t) for t in ("trm", "gbdt")}
