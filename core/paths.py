@@ -139,13 +139,26 @@ def check_bench_ref(value: Any, field: str) -> None:
         )
 
 
+def installed_data() -> set[str]:
+    """The data folders of installed packages a corpus source reads when no path is given (the
+    bfcl-eval package's, core/schemas/corpus.py `BfclSource`): read outside DATA_DIR, as the
+    source itself fills them in."""
+    from core.schemas.corpus import bfcl_data_folder
+
+    folder = bfcl_data_folder()
+    return {folder} if folder else set()
+
+
 def resolve_api_paths(
     spec: dict[str, Any], data_dir: Path, model_cache: Path | None = None
 ) -> None:
     """Rewrite a submitted spec's data paths to resolved paths under DATA_DIR; check that base
     models stay under MODEL_CACHE (names are kept: the worker looks them up there) and that bench
     sides are well-formed references. Any refusal is a 422 naming the field."""
+    installed = installed_data()
     for field, container, key in spec_path_fields(spec):
+        if container[key] in installed:  # a package's own data folder: read-only, not a user's
+            continue
         container[key] = resolve_data_path(container[key], field, data_dir)
     if model_cache is not None:
         for field, value in base_model_fields(spec):

