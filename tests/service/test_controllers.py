@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,15 @@ def test_bad_rows_unknown_controllers_and_versions_are_refused_by_name(trained: 
     too_many = trained.decide("checker", [ROW] * 1025)
     assert too_many.status_code == 422 and too_many.json()["error"]["details"][0]["field"] == "rows"
     assert trained.http.get("/controllers/checker").json()["live_version"] == 1
+
+
+def test_promotions_of_one_name_at_once_each_get_their_own_version(trained: Trained) -> None:
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda _: trained.promote("busy", trained.trm), range(6)))
+    assert [a.status_code for a in answers] == [201] * 6, [a.text for a in answers]
+    assert sorted(a.json()["version"] for a in answers) == [1, 2, 3, 4, 5, 6]
+    shown = trained.http.get("/controllers/busy").json()
+    assert shown["live_version"] == 6 and len(shown["versions"]) == 6
 
 
 def test_only_a_completed_scored_train_run_or_a_finished_search_is_promoted(
