@@ -40,7 +40,7 @@ def _config(*extra: str, token: str | None = "t0ken") -> subprocess.CompletedPro
 def test_compose_config_passes() -> None:
     result = _config()
     assert result.returncode == 0, result.stderr
-    for service in ("postgres", "redis", "api", "worker-gpu0", "worker-cpu"):
+    for service in ("postgres", "redis", "api", "decide", "worker-gpu0", "worker-cpu"):
         assert f"  {service}:" in result.stdout
 
 
