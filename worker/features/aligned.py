@@ -26,28 +26,38 @@ MAX_CONTEXT = 48  # context numbers a row's comparisons use (the first, in key o
 MAX_ALIGNED = 24  # aligned numbers per candidate that are compared with the context
 
 
-def aligned_parts(state: Any, names: set[str]) -> list[tuple[str, Any]]:
-    """(path with the matched key as `*`, the sub-object) for the parts of the state about the
-    candidate with these names."""
-    found: list[tuple[str, Any]] = []
+def aligned_parts(state: Any, names: list[set[str]]) -> list[list[tuple[str, Any]]]:
+    """Per candidate (`names`: each one's names), (path with the matched key as `*`, the
+    sub-object) for the parts of the state about it. One walk serves every candidate: a
+    candidate leaves a branch where a key or an item's `name`/`id` is one of its names."""
+    found: list[list[tuple[str, Any]]] = [[] for _ in names]
 
-    def walk(node: Any, path: str) -> None:
+    def walk(node: Any, path: str, active: list[int]) -> None:
         if isinstance(node, dict):
             for key, value in node.items():
-                here = f"{path}.{key}" if path else str(key)
-                if str(key).lower() in names:
-                    found.append((f"{path}.*" if path else "*", value))
-                else:
-                    walk(value, here)
+                low, rest = str(key).lower(), []
+                for c in active:
+                    if low in names[c]:
+                        found[c].append((f"{path}.*" if path else "*", value))
+                    else:
+                        rest.append(c)
+                if rest:
+                    walk(value, f"{path}.{key}" if path else str(key), rest)
         elif isinstance(node, list):
             for i, value in enumerate(node[:64]):
                 tag = value.get("name", value.get("id")) if isinstance(value, dict) else None
-                if isinstance(tag, str) and tag.lower() in names:
-                    found.append((f"{path}.*", value))
-                else:
-                    walk(value, f"{path}.{i}")
+                rest = active
+                if isinstance(tag, str):
+                    low, rest = tag.lower(), []
+                    for c in active:
+                        if low in names[c]:
+                            found[c].append((f"{path}.*", value))
+                        else:
+                            rest.append(c)
+                if rest:
+                    walk(value, f"{path}.{i}", rest)
 
-    walk(state, "")
+    walk(state, "", list(range(len(names))))
     return found
 
 

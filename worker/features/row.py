@@ -47,9 +47,8 @@ def candidate_features(state: Any, tools: list[str]) -> list[Features]:
     aligned: list[list[tuple[str, Value]]] = []
     bags: list[dict[str, frozenset[str]]] = []
     roots: set[str] = set()
-    for tool_names in names:
+    for tool_names, parts in zip(names, al.aligned_parts(state, names), strict=True):
         mine: list[tuple[str, Value]] = []
-        parts = al.aligned_parts(state, tool_names)
         bags.append(tx.aligned_bags(parts))
         for path, sub in parts:
             concrete = al.concrete_root(state, path, tool_names)
