@@ -171,7 +171,8 @@ class JobShopBench:
             try:
                 return {name: benchmark(ANCHORS[name][: self.instances]) for name in self.anchors}
             except ImportError:
-                raise FileNotFoundError(INSTALL) from None
+                raise FileNotFoundError(f"no Taillard instances: {INSTALL}, or name a folder of "
+                                        "instance files with `data`") from None  # fmt: skip
         found = read_folder(data) if data.exists() else []
         if not found:
             raise FileNotFoundError(
