@@ -125,8 +125,9 @@ def locate(data: Path | None) -> Path:
     if data is None:
         installed = bfcl_data_folder()
         if installed is None:
-            raise FileNotFoundError(f"no BFCL data: {INSTALL}, or pass a checkout's "
-                                    "bfcl_eval/data (--data bfcl=PATH)")  # fmt: skip
+            raise FileNotFoundError(f"no BFCL data: {INSTALL}, or name a copy of a checkout's "
+                                    "bfcl_eval/data (the bench's `data`; bench/external.py: "
+                                    "--data bfcl=PATH)")  # fmt: skip
         data = Path(installed)
     folder = data_folder(Path(data))
     if folder is None:
