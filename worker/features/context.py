@@ -91,7 +91,17 @@ def parse_state(state_text: str) -> Any:
 
 
 def inside(path: str, roots: set[str]) -> bool:
-    return any(path == root or path.startswith(root + ".") for root in roots)
+    """`path` is one of `roots` or under one (a root then a dot starts it). Each prefix of
+    `path` that ends before a dot is looked up, rather than each root tried: this runs for every
+    leaf of a state."""
+    if path in roots:
+        return True
+    dot = path.find(".")
+    while dot != -1:
+        if path[:dot] in roots:
+            return True
+        dot = path.find(".", dot + 1)
+    return False
 
 
 def context_leaves(state: Any, aligned_roots: set[str]) -> list[tuple[str, Value]]:
