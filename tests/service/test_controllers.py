@@ -18,11 +18,12 @@ import httpx
 import pytest
 from sqlmodel import Session
 
+from core.controllers import resolve
 from core.db import make_engine
 from core.models import Run, Stage, utcnow
 from core.settings import Settings
 from tests.conftest import QUICK, ROOT, Service, rows_folder
-from tests.stack import Scratch, create_database
+from tests.stack import Scratch, create_database, wait_for
 
 TINY_TRM = {"hidden": 16}
 ROW = {"state": "request: summarize the quarterly report", "tools": ["TRM_ONLY", "LLM_DIRECT"]}
@@ -165,6 +166,27 @@ def test_promotions_of_one_name_at_once_each_get_their_own_version(trained: Trai
     assert sorted(a.json()["version"] for a in answers) == [1, 2, 3, 4, 5, 6]
     shown = trained.http.get("/controllers/busy").json()
     assert shown["live_version"] == 6 and len(shown["versions"]) == 6
+
+
+def test_the_decision_process_keeps_the_most_recently_used_versions_loaded(
+    trained: Trained,
+) -> None:
+    from worker.decide.server import Versions
+
+    for run_id in (trained.trm, trained.gbdt, trained.trm):
+        assert trained.promote("kept", run_id).status_code == 201
+    health = f"{trained.svc.env['TRM_DECIDE_URL']}/healthz"
+    # The new live version is loaded ahead of any call for it (the process polls every 0.5 s).
+    wait_for(lambda: {"name": "kept", "version": 3} in httpx.get(health).json()["loaded"],
+             timeout=5, what="version 3 of `kept` loaded ahead")  # fmt: skip
+    with Session(make_engine(trained.svc.settings.database_url)) as db:
+        rows = [resolve(db, "kept", v) for v in (1, 2, 3)]
+    versions = Versions(trained.svc.settings.runs_dir, size=2)
+    first = versions.get(rows[0])
+    versions.get(rows[1])
+    assert versions.get(rows[0]) is first  # kept, and now the most recently used
+    versions.get(rows[2])
+    assert versions.loaded() == [("kept", 1), ("kept", 3)]
 
 
 def test_only_a_completed_scored_train_run_or_a_finished_search_is_promoted(

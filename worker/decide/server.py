@@ -6,9 +6,9 @@ that answers `POST /decide` with a promoted controller's decisions. The API forw
   (core/controllers.py) once per call, so every row of a call is decided by one version and a
   promotion or a rollback is seen by the first call that starts after its commit.
 - **Warm versions**: loaded controllers are kept, most recently used last, at most
-  TRM_DECIDE_CACHE (8) of them. Every `POLL_S` the process reads each name's live version and
-  loads the ones it serves whose live version moved, so the first call after a promotion does
-  not wait for the load.
+  TRM_DECIDE_CACHE (8) of them. Every `POLL_S` the process reads each name's live version (one
+  small query) and loads the ones that moved, so the first call after a promotion or a rollback
+  does not wait for the load.
 - **Errors** are the API's body: a row the controller cannot read is a 422 naming the field
   (`rows[3].tools`), an unknown name or version a 404, a version whose files do not load a 409.
 - **Token**: when TRM_API_TOKEN is set, `/decide` asks for it as the API does.
@@ -102,6 +102,7 @@ class DecideService:
         self.settings = settings
         self.engine: sa.Engine = get_engine(settings)
         self.versions = Versions(settings.runs_dir, settings.decide_cache)
+        self._seen_live: dict[str, int] = {}
 
     def version(self, name: str, version: int | None) -> ControllerVersion:
         with Session(self.engine, expire_on_commit=False) as session:
@@ -116,26 +117,24 @@ class DecideService:
                 f"{row.name} version {row.version} does not load from {row.trainer_dir}: {exc}",
             ) from None  # fmt: skip
 
-    def warm(self, names: set[str] | None = None) -> None:
-        """Load the live version of every name in `names` (default: the names this process
-        serves) where it is not loaded, at most as many as the cache keeps."""
+    def warm(self) -> None:
+        """Load the live version of every name whose live version moved since the last look
+        (at the first look: every name), at most as many as the cache keeps."""
         with Session(self.engine) as session:
             live = live_versions(session)
-        wanted = {name for name, _ in self.versions.loaded()} if names is None else names
-        for name in sorted(wanted)[: self.versions.size]:
-            version = live.get(name)
-            if version is not None and (name, version) not in self.versions.loaded():
+        moved = sorted(n for n, v in live.items() if self._seen_live.get(n) != v)
+        self._seen_live = live
+        for name in moved[: self.versions.size]:
+            if (name, live[name]) not in self.versions.loaded():
                 with contextlib.suppress(ApiError):
-                    self.load(self.version(name, version))
+                    self.load(self.version(name, live[name]))
 
     def start(self) -> None:
         """Before the first call: the model libraries imported (a first gbdt load spent 1.8 s
-        importing lightgbm, a first trm as long importing torch) and every live version loaded."""
+        importing lightgbm, a first trm as long importing torch) and the live versions loaded."""
         for module in WARM_IMPORTS:
             importlib.import_module(module)
-        with Session(self.engine) as session:
-            names = set(live_versions(session))
-        self.warm(names)
+        self.warm()
 
 
 def _token_ok(settings: Settings, request: Request) -> bool:
