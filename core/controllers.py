@@ -13,6 +13,7 @@ Light: the database and JSON files only (the API imports it; no torch, no worker
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import datetime
 from pathlib import Path
@@ -237,7 +238,7 @@ def _best_of_search(session: Session, search: Run) -> tuple[str, str | None]:
             409, "no_best_candidate",
             f"hill-climb {search.id} kept no best candidate: nothing to promote",
         )  # fmt: skip
-    return best_run, candidate if isinstance(candidate, str) else None
+    return best_run, candidate if isinstance(candidate, str) and len(candidate) <= 64 else None
 
 
 def _anchors_description(run: Run, card: dict[str, Any]) -> str:
@@ -258,7 +259,14 @@ def _features_format(trainer: str, folder: Path) -> str | None:
         meta = _read_json(folder / RUN_META, folder) or {}
         return f"prompt:{meta.get('contract') or 'action_only'}"
     fmt = (_read_json(folder / FEATURES, folder) or {}).get("format")
-    return str(fmt) if fmt is not None else None
+    return str(fmt)[:64] if fmt is not None else None
+
+
+def _number(value: Any) -> float | None:
+    """A scorecard figure as stored: a finite number, else None (a real 0.0 stays 0.0)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def _version_row(
@@ -283,7 +291,7 @@ def _version_row(
     trainer = trainer_of(folder) if under(run_dir, folder) else None
     if trainer is None:
         raise _refuse(409, "no_model", f"run {run.id} holds no model in {TRAINER}/")
-    scores = {k: card.get(k) for k in HEADLINE}
+    scores = {k: _number(card.get(k)) for k in HEADLINE}
     return ControllerVersion(
         name=req.name,
         version=0,
@@ -293,8 +301,8 @@ def _version_row(
         trainer=trainer,
         trainer_dir=f"{run.id}/{TRAINER}",
         features_format=_features_format(trainer, folder),
-        anchor_score=card.get("anchor_score"),
-        scores={k: (float(v) if isinstance(v, int | float) else None) for k, v in scores.items()},
+        anchor_score=scores["anchor_score"],
+        scores=scores,
         anchors=_anchors_description(run, card),
         abstain_margin=req.abstain_margin,
         promoted_by=promoted_by,
@@ -364,7 +372,7 @@ def list_controllers(session: Session) -> ControllerList:
     )
     out = []
     for live in lives:
-        row = live_version(session, live.name, live.live_version)
+        row = get_version(session, live.name, live.live_version)
         out.append(
             ControllerSummary(
                 name=live.name,
@@ -376,7 +384,7 @@ def list_controllers(session: Session) -> ControllerList:
     return ControllerList(controllers=out)
 
 
-def live_version(session: Session, name: str, version: int) -> ControllerVersion:
+def get_version(session: Session, name: str, version: int) -> ControllerVersion:
     row = session.exec(
         select(ControllerVersion).where(
             ControllerVersion.name == name, ControllerVersion.version == version
@@ -397,7 +405,7 @@ def resolve(session: Session, name: str, version: int | None) -> ControllerVersi
         if live is None:
             raise _unknown(name)
         version = live.live_version
-    return live_version(session, name, version)
+    return get_version(session, name, version)
 
 
 def rollback(engine: sa.Engine, name: str, version: int) -> ControllerOut:
@@ -406,7 +414,7 @@ def rollback(engine: sa.Engine, name: str, version: int) -> ControllerOut:
         live = session.get(Controller, name)
         if live is None:
             raise _unknown(name)
-        live_version(session, name, version)
+        get_version(session, name, version)
         live.live_version, live.updated_at = version, utcnow()
         session.add(live)
         session.flush()
