@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 from worker.features import explain, row_features
-from worker.features.kinds import KINDS, parse, table
+from worker.features.kinds import KINDS, name, parse, table
 from worker.train import gbdt
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,3 +64,10 @@ def test_a_gbdt_model_lists_its_top_features_by_name_and_in_words() -> None:
     top = info["top_features"]
     assert top and top[0]["feature"] in space.names and "routes.*.cost" in top[0]["feature"]
     assert "cost" in top[0]["meaning"]
+
+
+def test_a_remembered_name_is_spelled_as_its_parts_are_whatever_was_asked_first() -> None:
+    # Names are remembered (kinds.name is cached): 1 and 1.0 are equal keys to a plain cache
+    # but spell different names, so an integer id number never takes a float's name.
+    assert name("D", "N:0", 1.0) == "D:N:0|1.0" and name("D", "N:0", 1) == "D:N:0|1"
+    assert name("N", True) == "N:True" and name("N", 1) == "N:1"
