@@ -184,7 +184,10 @@ async def decide(request: Request) -> JSONResponse:
         version=row.version,
         trainer=controller.trainer,
         model_hash=controller.model_hash,
-        decisions=[DecisionOut(**vars(d)) for d in decisions],
+        decisions=[
+            DecisionOut(action=d.action, scores=d.scores, margin=d.margin, abstain=d.abstain)
+            for d in decisions
+        ],
     )
     return JSONResponse(out.model_dump(mode="json"))
 
