@@ -12,6 +12,13 @@ that answers `POST /decide` with a promoted controller's decisions. The API forw
 - **Errors** are the API's body: a row the controller cannot read is a 422 naming the field
   (`rows[3].tools`), an unknown name or version a 404, a version whose files do not load a 409.
 - **Token**: when TRM_API_TOKEN is set, `/decide` asks for it as the API does.
+- **Decision log**: for a controller that logs (`log_decisions`, or a shadow set), the call's rows
+  are inserted in one transaction before the answer leaves, each under the decision id the
+  answer carries (core/decisions.py); every PRUNE_S the log is trimmed to
+  TRM_DECISION_LOG_KEEP rows per controller.
+- **Shadow**: a call for the live version of a controller with a shadow version is scored by
+  both at once; the answer is the live version's, the shadow's action only goes to the log. A
+  shadow that fails to load or to read a row is logged as no action and never fails the call.
 """
 
 from __future__ import annotations
@@ -38,12 +45,22 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from core.controllers import DecideIn, DecideOut, DecisionOut, live_versions, parse_ref, resolve
+from core.controllers import (
+    DecideIn,
+    DecideOut,
+    DecisionOut,
+    Routing,
+    live_versions,
+    parse_ref,
+    resolve,
+    route,
+)
 from core.db import check_migrated, get_engine
+from core.decisions import PRUNE_S, prune, record
 from core.errors import ApiError, error_body, validation_error
-from core.models import ControllerVersion
+from core.models import ControllerVersion, DecisionRecord, new_id
 from core.settings import Settings, get_settings
-from worker.decide.controller import Controller, DecideRow, RowError, load_controller
+from worker.decide.controller import Controller, DecideRow, Decision, RowError, load_controller
 
 log = logging.getLogger("trm.decide")
 POLL_S = 0.5  # how often the live versions are read to load a moved one ahead of its first call
@@ -108,6 +125,46 @@ class DecideService:
         with Session(self.engine, expire_on_commit=False) as session:
             return resolve(session, name, version)
 
+    def route(self, name: str, version: int | None) -> Routing:
+        with Session(self.engine, expire_on_commit=False) as session:
+            return route(session, name, version)
+
+    def shadow_actions(self, row: ControllerVersion, rows: list[DecideRow]) -> list[str | None]:
+        """The shadow version's action per row; None for every row when it cannot answer."""
+        try:
+            return [d.action for d in self.load(row).decide(rows)]
+        except (ApiError, RowError) as exc:
+            log.warning("shadow %s@%d did not answer: %s", row.name, row.version, exc)
+            return [None] * len(rows)
+
+    def log(
+        self,
+        routing: Routing,
+        rows: list[DecideRow],
+        decisions: list[Decision],
+        shadow: list[str | None] | None,
+    ) -> list[str]:
+        """Insert the call's rows in the decision log; their ids, in order."""
+        version, shadowed = routing.version, routing.shadow
+        records = [
+            DecisionRecord(
+                id=new_id(),
+                name=version.name,
+                version=version.version,
+                state=r.state,
+                tools=list(r.tools),
+                action=d.action,
+                scores=d.scores,
+                margin=d.margin,
+                abstain=d.abstain,
+                shadow_version=shadowed.version if shadowed else None,
+                shadow_action=shadow[i] if shadow else None,
+            )  # fmt: skip
+            for i, (r, d) in enumerate(zip(rows, decisions, strict=True))
+        ]
+        record(self.engine, records)
+        return [r.id for r in records]
+
     def load(self, row: ControllerVersion) -> Controller:
         try:
             return self.versions.get(row)
@@ -131,9 +188,12 @@ class DecideService:
 
     def start(self) -> None:
         """Before the first call: the model libraries imported (a first gbdt load spent 1.8 s
-        importing lightgbm, a first trm as long importing torch) and the live versions loaded."""
+        importing lightgbm, a first trm as long importing torch) and the live versions loaded.
+        torch on one thread, as the trainer runs a model this small: more threads only wait for
+        each other on a forward of a few rows (and a trm call of up to 64 rows runs numpy)."""
         for module in WARM_IMPORTS:
             importlib.import_module(module)
+        importlib.import_module("torch").set_num_threads(1)
         self.warm()
 
 
@@ -170,23 +230,41 @@ async def decide(request: Request) -> JSONResponse:
         raise ApiError(401, "unauthorized", "missing or wrong token: send `Authorization: Bearer`")
     body = await _body(request, service.settings.max_body_bytes)
     name, version = parse_ref(body.controller, body.version)
-    row = await anyio.to_thread.run_sync(service.version, name, version)
+    routing = await anyio.to_thread.run_sync(service.route, name, version)
+    row = routing.version
     controller = await anyio.to_thread.run_sync(service.load, row)
     rows = [DecideRow(r.state, list(r.tools)) for r in body.rows]
+    shadow: list[str | None] | None = None
     try:
-        decisions = await anyio.to_thread.run_sync(controller.decide, rows)
+        if routing.shadow is None:
+            decisions = await anyio.to_thread.run_sync(controller.decide, rows)
+        else:  # both at once: the call waits for the slower, not for the sum
+            shadowed = routing.shadow
+            async with anyio.create_task_group() as group:
+
+                async def beside() -> None:
+                    nonlocal shadow
+                    shadow = await anyio.to_thread.run_sync(service.shadow_actions, shadowed, rows)
+
+                group.start_soon(beside)
+                decisions = await anyio.to_thread.run_sync(controller.decide, rows)
     except RowError as exc:
         raise ApiError(
             422, "validation_error", str(exc), [{"field": exc.field, "message": str(exc)}]
         ) from None
+    ids: list[str | None] = [None] * len(rows)
+    if routing.log:
+        ids = list(await anyio.to_thread.run_sync(service.log, routing, rows, decisions, shadow))
     out = DecideOut(
         controller=row.name,
         version=row.version,
         trainer=controller.trainer,
         model_hash=controller.model_hash,
         decisions=[
-            DecisionOut(action=d.action, scores=d.scores, margin=d.margin, abstain=d.abstain)
-            for d in decisions
+            DecisionOut(
+                action=d.action, scores=d.scores, margin=d.margin, abstain=d.abstain, decision_id=i
+            )  # fmt: skip
+            for d, i in zip(decisions, ids, strict=True)
         ],
     )
     return JSONResponse(out.model_dump(mode="json"))
@@ -210,12 +288,23 @@ async def _database_down(_request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _keep_warm(service: DecideService) -> None:
+    pruned_at = time.monotonic()
     while True:
         await asyncio.sleep(POLL_S)
         try:
             await anyio.to_thread.run_sync(service.warm)
         except Exception as exc:  # the next poll tries again; calls resolve on their own
             log.warning("warming the live versions failed: %s", exc)
+        if time.monotonic() - pruned_at >= PRUNE_S:
+            pruned_at = time.monotonic()
+            keep = service.settings.decision_log_keep
+            try:
+                gone = await anyio.to_thread.run_sync(prune, service.engine, keep)
+            except Exception as exc:  # trimmed at the next turn
+                log.warning("trimming the decision log failed: %s", exc)
+            else:
+                if gone:
+                    log.info("decision log: %d rows beyond %d per controller deleted", gone, keep)
 
 
 def create_app(settings: Settings | None = None) -> Starlette:
