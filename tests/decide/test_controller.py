@@ -10,9 +10,11 @@ import pytest
 
 from tests.decide.conftest import TinyRun
 from worker.context import StageFailure
+from worker.decide import decision as rules
 from worker.decide.controller import (
     MAX_STATE_CHARS,
     MAX_TOOLS,
+    NUMPY_ROWS,
     Controller,
     DecideRow,
     RowError,
@@ -47,6 +49,24 @@ def test_decisions_are_the_policys_argmax_with_probabilities(which, request) -> 
         top = sorted(decision.scores, reverse=True)
         assert decision.margin == pytest.approx(top[0] - top[1] if len(top) > 1 else 1.0)
         assert not decision.abstain  # no abstain_margin: never abstains
+
+
+def test_the_numpy_forward_decides_as_torch_does_at_every_batch_size(trm_run: TinyRun) -> None:
+    # Calls of up to NUMPY_ROWS rows run the numpy forward, larger ones torch's: a row gets the
+    # same action and its probabilities within 1e-5 whichever ran, alone or in a batch.
+    rows = anchor_rows(trm_run)
+    controller = load_controller(trm_run.trainer_dir, "trm")
+    assert controller.numpy is not None
+    policy = controller.policy
+    torch_scores = policy.scores_batch([r.state for r in rows], [r.tools for r in rows])
+    by_torch = [rules.decision(r.tools, s, None) for r, s in zip(rows, torch_scores, strict=True)]
+    alone = [controller.decide([row])[0] for row in rows]
+    together = controller.decide(rows[:NUMPY_ROWS])
+    big = controller.decide([rows[i % len(rows)] for i in range(NUMPY_ROWS + 1)])  # torch
+    for i, want in enumerate(by_torch):
+        for got in (alone[i], big[i], *together[i : i + 1]):
+            assert got.action == want.action
+            assert got.scores == pytest.approx(want.scores, abs=1e-5)
 
 
 def test_abstains_when_the_margin_is_under_the_threshold(trm_run: TinyRun) -> None:

