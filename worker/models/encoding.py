@@ -15,23 +15,32 @@ from worker.features.row import row_features
 
 def raw_matrix(index: dict[str, int], state: str, tools: list[str]) -> np.ndarray:
     """(candidates, features): the values, NaN where a candidate has no such feature (what a
-    tree model reads). `index`: each kept feature name's column."""
+    tree model reads). `index`: each kept feature name's column. Each candidate's kept values
+    are placed with one assignment (one by one, they cost a fifth of the encoding)."""
     out = np.full((len(tools), len(index)), np.nan, dtype=np.float64)
+    get = index.get
     for c, features in enumerate(row_features(state, tools)):
+        columns, values = [], []
         for name, value in features.items():
-            j = index.get(name)
+            j = get(name)
             if j is not None:
-                out[c, j] = value
+                columns.append(j)
+                values.append(value)
+        out[c, columns] = values
     return out
 
 
 def scaled_matrix(raw: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """(candidates, 2 * features), float32: the signed-log values less the train mean over the
-    train spread (0 where missing), then a presence flag for each (what the neural model reads)."""
+    train spread (0 where missing), then a presence flag for each (what the neural model reads).
+    Only the present values are computed: a candidate has a few hundred of the space's
+    thousands."""
     present = ~np.isnan(raw)
-    values = np.where(present, squash(np.nan_to_num(raw)), 0.0)
-    values = np.where(present, (values - mean) / scale, 0.0)
-    return np.concatenate([values, present], axis=1).astype(np.float32)
+    rows, columns = np.nonzero(present)
+    out = np.zeros((raw.shape[0], 2 * raw.shape[1]), dtype=np.float32)
+    out[rows, columns] = (squash(raw[rows, columns]) - mean[columns]) / scale[columns]
+    out[:, raw.shape[1] :] = present
+    return out
 
 
 def squash(values: np.ndarray) -> np.ndarray:

@@ -134,11 +134,11 @@ class FeatureSpace:
         presence flag for each (what the neural model reads)."""
         return scaled_matrix(self.raw(state, tools), self._mean, self._scale)
 
-    @property
+    @cached_property
     def _mean(self) -> np.ndarray:
         return np.asarray(self.mean, dtype=np.float64)
 
-    @property
+    @cached_property
     def _scale(self) -> np.ndarray:
         return np.asarray(self.scale, dtype=np.float64)
 
