@@ -58,6 +58,15 @@ class Client:
     def cancel(self, run_id: str) -> dict[str, Any]:
         return self._json(self.http.post(f"/runs/{run_id}/cancel"))
 
+    def artifact(self, run_id: str, path: str | None = None) -> Any:
+        """The run's file list (JSON), or one file's bytes."""
+        if not path:
+            return self._json(self.http.get(f"/runs/{run_id}/artifacts"))
+        response = self.http.get(f"/runs/{run_id}/artifacts/{path}")
+        if response.status_code >= 400:
+            self._json(response)
+        return response.content
+
     def card_text(self, run_id: str) -> str:
         response = self.http.get(f"/runs/{run_id}/card", params={"format": "text"})
         if response.status_code >= 400:

@@ -67,7 +67,8 @@ async def require_token(request: Request) -> None:
         raise ApiError(
             401,
             "unauthorized",
-            "missing or wrong token: send `Authorization: Bearer <TRM_API_TOKEN>`",
+            "missing or wrong token: set the TRM_API_TOKEN variable to the server's token "
+            "(trm and trm mcp send it as the bearer token)",
         )
 
 

@@ -1,4 +1,4 @@
-"""`trm submit | runs | show | cancel | watch`: the API from a terminal."""
+"""`trm submit | runs | show | cancel | watch | artifact`: the API from a terminal."""
 
 from __future__ import annotations
 
@@ -66,6 +66,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_url(p)
     p.set_defaults(func=cmd_watch)
+    p = sub.add_parser("artifact", help="a run's files: the list, or one file")
+    p.add_argument("run", help="the run id")
+    p.add_argument("path", nargs="?", help="e.g. scorecard.json (default: list the files)")
+    add_url(p)
+    p.set_defaults(func=cmd_artifact)
 
 
 def _fail(exc: Exception) -> int:
@@ -157,6 +162,22 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         return _fail(exc)
     note = " (cancel requested; the worker stops it)" if run["status"] == "running" else ""
     print(printable(f"{run['id']}  {run['status']}{note}"))
+    return 0
+
+
+def cmd_artifact(args: argparse.Namespace) -> int:
+    try:
+        found = Client(args.url).artifact(args.run, args.path)
+    except ApiCallError as exc:
+        return _fail(exc)
+    if args.path and sys.stdout.isatty():  # a file's escape codes must not drive the terminal
+        print(printable_lines(found.decode("utf-8", errors="replace")), end="")
+    elif args.path:
+        sys.stdout.buffer.write(found)
+    if args.path:
+        return 0
+    for item in found["artifacts"]:
+        print(printable(f"{item['bytes']:>12}  {item['path']}"))
     return 0
 
 

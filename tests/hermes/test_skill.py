@@ -4,13 +4,17 @@ worker with a token."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shutil
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +67,11 @@ def test_every_command_stands_alone() -> None:
     assert len(found) >= 5
     for command in found:
         assert "=(" not in command and "${AUTH" not in command, command  # no shell arrays
-        assert "-fsS" not in command and "curl -N" not in command, command
-        if "curl" in command:
-            assert "--fail-with-body" in command and "${TRM_URL:?set TRM_URL}" in command, command
-            assert '-H "Authorization: Bearer $TRM_API_TOKEN"' in command, command
-        if "-X POST" in command and "/cancel" not in command:
-            assert "Idempotency-Key" in command and "sha256sum" in command, command
+        # `trm` sends the token itself: no command names it, none talks HTTP by hand.
+        assert "curl" not in command and "TRM_API_TOKEN" not in command, command
+        assert command.startswith(': "${TRM_URL:?set TRM_URL}"; '), command
+        if "trm submit" in command:
+            assert "--idempotency-key" in command and "sha256sum" in command, command
 
 
 @pytest.fixture
@@ -92,7 +95,9 @@ def fresh_shell(
     command: str, url: str, token: str | None = TOKEN
 ) -> subprocess.CompletedProcess[str]:
     """What Hermes's terminal tool does: a new shell, only the exported skill variables."""
-    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "TRM_URL": url}
+    # `trm` installed beside Hermes: this project's own client, first on PATH.
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    env = {"PATH": path, "HOME": os.environ.get("HOME", "/tmp"), "TRM_URL": url}
     if token is not None:
         env["TRM_API_TOKEN"] = token
     return subprocess.run(
@@ -101,25 +106,25 @@ def fresh_shell(
 
 
 def the(needle: str) -> str:
-    (command,) = [c for c in commands() if needle in c and c.startswith(("SPEC", "RUN"))]
+    (command,) = [c for c in commands() if needle in c]
     return command
 
 
 def test_routerbench_starts_is_followed_to_the_end_and_a_retry_is_the_same_run(
     guarded: Service,
 ) -> None:
-    start = the("/benches/routerbench")
+    start = the('"bench":"routerbench"')
     first = fresh_shell(start, guarded.url)
     assert first.returncode == 0, first.stderr + first.stdout
-    run_id = json.loads(first.stdout)["id"]
+    run_id = first.stdout.split()[0]
     again = fresh_shell(start, guarded.url)
-    assert again.returncode == 0 and json.loads(again.stdout)["id"] == run_id
+    assert again.returncode == 0 and again.stdout.split()[0] == run_id
 
-    # Without the token the body of the 401 is shown and the command fails.
+    # Without the token the API's refusal is shown and the command fails.
     refused = fresh_shell(start, guarded.url, token=None)
-    assert refused.returncode != 0 and "401" in refused.stderr, refused
+    assert refused.returncode != 0 and "set the TRM_API_TOKEN variable" in refused.stderr, refused
 
-    poll = the("/card?format=text").replace("RUN=RUN_ID", f"RUN={run_id}")
+    poll = the("trm watch").replace("RUN=RUN_ID", f"RUN={run_id}")
     deadline = time.monotonic() + 600
     while True:
         shown = fresh_shell(poll, guarded.url)
@@ -130,6 +135,10 @@ def test_routerbench_starts_is_followed_to_the_end_and_a_retry_is_the_same_run(
             break
     assert " completed " in top, shown.stdout
     assert guarded.run(run_id)["status"] == "completed"
+    done = fresh_shell(the("trm show").replace("RUN=RUN_ID", f"RUN={run_id}"), guarded.url)
+    assert done.returncode == 0 and done.stdout.startswith("completed"), done
+    card = fresh_shell(the("scorecard.json").replace("RUN_ID", run_id), guarded.url)
+    assert card.returncode == 0 and json.loads(card.stdout)["router"]["n"]["anchor"] > 0, card
     runs = guarded.http.get("/runs", params={"kind": "bench"}).json()
     assert [r["id"] for r in runs["runs"]] == [run_id]  # the retry started nothing
 
@@ -184,3 +193,84 @@ def test_hermes_own_loader_lists_the_skill_and_its_missing_variable(tmp_path: Pa
         assert seen["listed"] == ["trm-trainer"]
         assert "routerBench" in seen["description"][:50]
         assert seen["missing"] == missing and seen["status"] == status
+
+
+SCAN = """
+import json, sys
+from pathlib import Path
+from tools.skills_guard import scan_skill, should_allow_install
+result = scan_skill(Path(sys.argv[1]), source="community")
+print(json.dumps({"verdict": result.verdict, "allowed": should_allow_install(result)[0],
+                  "findings": [f"{f.file}:{f.line} {f.pattern_id}" for f in result.findings]}))
+"""
+
+# `hermes skills install URL` asks each source in turn; the ones before the direct-URL source
+# (skills.sh, GitHub) retry api.github.com with backoff, ~45 s without a network. The install
+# keeps Hermes's command line and its direct-URL source, the one that takes a SKILL.md URL.
+INSTALL = """
+import sys
+import tools.skills_hub as hub
+hub.create_source_router = lambda auth=None: [hub.UrlSource()]
+from hermes_cli.main import main
+sys.argv = ["hermes", "skills", "install", sys.argv[1], "--yes"]
+sys.exit(main())
+"""
+
+
+@pytest.mark.skipif(
+    HERMES_PYTHON is None,
+    reason="hermes-agent is not installed (scripts/hermes_env.sh, `hermes` on PATH, HERMES_PYTHON)",
+)
+def test_hermes_skills_guard_finds_the_skill_safe() -> None:
+    done = subprocess.run(
+        [str(HERMES_PYTHON), "-c", SCAN, str(SKILL.parent)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["verdict"] == "safe" and seen["allowed"] is True, seen["findings"]
+
+
+@pytest.fixture
+def skill_url() -> Iterator[str]:
+    """skills/ served over HTTP on this host, as a user's own web server would."""
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=str(SKILL.parent.parent))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/trm-trainer/SKILL.md"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.skipif(
+    HERMES_PYTHON is None,
+    reason="hermes-agent is not installed (scripts/hermes_env.sh, `hermes` on PATH, HERMES_PYTHON)",
+)
+def test_hermes_skills_install_from_a_url_puts_the_skill_where_hermes_reads_it(
+    tmp_path: Path, skill_url: str
+) -> None:
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "HERMES_HOME": str(tmp_path),
+           # Hermes refuses private addresses unless told; the server here is on loopback.
+           "HERMES_ALLOW_PRIVATE_URLS": "true", "TRM_URL": "http://localhost:8000",
+           "COLUMNS": "200"}  # fmt: skip
+    done = subprocess.run(
+        [str(HERMES_PYTHON), "-c", INSTALL, skill_url],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "Verdict: SAFE" in out, out[-3000:]
+    installed = tmp_path / "skills" / "trm-trainer"
+    assert (installed / "SKILL.md").read_bytes() == SKILL.read_bytes(), out[-3000:]
+    for ref in (SKILL.parent / "references").glob("*.md"):
+        assert (installed / "references" / ref.name).read_bytes() == ref.read_bytes()
+    listed = subprocess.run(
+        [str(HERMES_PYTHON), "-c", PROBE], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    seen = json.loads(listed.stdout.splitlines()[-1])
+    assert "trm-trainer" in seen["listed"] and seen["status"] == "available", seen
