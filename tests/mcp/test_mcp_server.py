@@ -98,6 +98,13 @@ async def error_of(session: ClientSession, tool: str, **args: Any) -> str:
     return str(result.content[0].text)  # type: ignore[union-attr]
 
 
+def definition(tool: Any) -> str:
+    """A tool as an agent receives it each turn: name, description and input schema."""
+    return json.dumps(
+        {"name": tool.name, "description": tool.description, "inputSchema": tool.inputSchema}
+    )
+
+
 async def finish(session: ClientSession, run_id: str, rounds: int = 4) -> dict[str, Any]:
     """wait_for_run until the run is finished, as an agent does (each call ends before 300 s)."""
     for _ in range(rounds):
@@ -115,22 +122,53 @@ def test_stdio_agent_lists_tools_runs_routerbench_and_reads_the_scorecard(
             listed = (await session.list_tools()).tools
             assert {t.name for t in listed} == TOOLS
             assert all(t.inputSchema.get("type") == "object" for t in listed)
+            # What an agent such as Hermes sends its model every turn: name, description and
+            # input schema of every tool (29.4k characters when submit_run carried the schema).
+            size = sum(len(definition(t)) for t in listed)
+            assert size < 8000, {t.name: len(definition(t)) for t in listed}
             submit = next(t for t in listed if t.name == "submit_run")
-            assert "bench" in json.dumps(submit.inputSchema["properties"]["spec"])
+            spec_text = json.dumps(submit.inputSchema["properties"]["spec"])
+            assert "trm://schemas/run-spec" in spec_text and "routerbench" in spec_text
             uris = {str(r.uri) for r in (await session.list_resources()).resources}
             assert {"trm://benches", "trm://schemas/run-spec", "trm://schemas/bench"} <= uris
             menu = await session.read_resource("trm://benches")  # type: ignore[arg-type]
             assert "routerbench" in menu.contents[0].text  # type: ignore[union-attr]
+            schema = await session.read_resource("trm://schemas/run-spec")  # type: ignore[arg-type]
+            assert "hillclimb" in schema.contents[0].text  # type: ignore[union-attr]
+            init = session.get_server_capabilities()
+            assert init is not None and init.prompts is not None
+            prompts = {p.name: p for p in (await session.list_prompts()).prompts}
+            assert set(prompts) == {"train-router", "hill-climb", "bench-run", "decide"}
+            assert [a.name for a in prompts["bench-run"].arguments or []] == ["run_id", "bench"]
+            steps = await session.get_prompt("bench-run", {"run_id": "RUN-X"})
+            text = steps.messages[0].content.text  # type: ignore[union-attr]
+            assert 'start_bench(name="routerbench", router="RUN-X"' in text
+            # Each prompt's ready spec is one the API accepts (dry run: planned, nothing trained).
+            for name in ("train-router", "hill-climb"):
+                shown = await session.get_prompt(name)
+                line = shown.messages[0].content.text.split("submit_run(spec=")[1]  # type: ignore[union-attr]
+                spec = json.JSONDecoder().raw_decode(line)[0]
+                planned = await call(session, "submit_run", spec={**spec, "dry_run": True})
+                assert planned["run"]["dry_run"] is True and planned["replayed"] is False
 
             # routerBench dry run: resolved and planned, then followed to the end.
             args = {"name": "routerbench", "router": "none", "baseline": "none", "dry_run": True}
             started = await call(session, "start_bench", **args)
             run_id = started["run"]["id"]
+            assert started["replayed"] is False
             again = await call(session, "start_bench", **args)
-            assert again["run"]["id"] == run_id  # a retried call is the same run
+            # A retried call is the same run, and says so with the original's creation time.
+            assert again["run"]["id"] == run_id and again["replayed"] is True
+            assert started["run"]["created_at"] in again["note"]
             done = await finish(session, run_id)
             assert done["run"]["status"] == "completed", done
             assert run_id in done["card"]
+            compact = await session.call_tool("get_run", {"run_id": run_id})
+            whole = await session.call_tool("get_run", {"run_id": run_id, "full": True})
+            small = compact.content[0].text  # type: ignore[union-attr]
+            large = whole.content[0].text  # type: ignore[union-attr]
+            assert len(small) < 1500 < len(large), (len(small), len(large))
+            assert json.loads(small)["stages"] and "spec" in json.loads(large)
             resolved = await call(session, "read_artifact", run_id=run_id,
                                   path="bench.resolved.json")  # fmt: skip
             assert resolved["split"]["anchor"]
@@ -139,7 +177,7 @@ def test_stdio_agent_lists_tools_runs_routerbench_and_reads_the_scorecard(
             spec = {"kind": "bench", "bench": "routerbench", "router": "none", "baseline": "none"}
             real = await call(session, "submit_run", spec=spec)
             retried = await call(session, "submit_run", spec=spec)
-            assert retried["run"]["id"] == real["run"]["id"]
+            assert retried["run"]["id"] == real["run"]["id"] and retried["replayed"] is True
             done = await finish(session, real["run"]["id"])
             assert done["run"]["status"] == "completed", done
             assert "scorecard.json" in done["next"]
@@ -157,6 +195,36 @@ def test_stdio_agent_lists_tools_runs_routerbench_and_reads_the_scorecard(
             async with over_stdio(guarded, token=token) as session:
                 text = await error_of(session, "list_runs")
                 assert "401" in text and "TRM_API_TOKEN" in text, text
+
+    run_async(scenario())
+
+
+def test_a_cancelled_run_is_replayed_out_loud_and_rerun_makes_a_new_one(guarded: Service) -> None:
+    """The same arguments after a cancel return the cancelled run, saying so; its `next` points
+    at rerun=true (it said "submit again", which returned the same run: an agent looped)."""
+
+    async def scenario() -> None:
+        async with over_http(f"{guarded.url}/mcp") as session:
+            spec = {"kind": "selftest", "steps": 2000, "step_seconds": 0.05}
+            first = await call(session, "submit_run", spec=spec)
+            run_id = first["run"]["id"]
+            stopped = await call(session, "cancel_run", run_id=run_id)
+            assert "rerun=true" in stopped["next"] or "wait_for_run" in stopped["next"]
+            done = await finish(session, run_id)
+            assert done["run"]["status"] == "cancelled", done
+            assert "rerun=true" in done["next"] and "submit again" not in done["next"]
+            again = await call(session, "submit_run", spec=spec)
+            assert again["run"]["id"] == run_id and again["replayed"] is True
+            assert again["run"]["status"] == "cancelled" and "rerun=true" in again["next"]
+            assert first["run"]["created_at"] in again["note"]
+            fresh = await call(session, "submit_run", spec=spec, rerun=True)
+            keyed = await call(session, "submit_run", spec=spec, idempotency_key="mine-1")
+            ids = {run_id, fresh["run"]["id"], keyed["run"]["id"]}
+            assert len(ids) == 3 and not fresh["replayed"] and not keyed["replayed"]
+            for new in (fresh, keyed):
+                await call(session, "cancel_run", run_id=new["run"]["id"])
+            listed = await call(session, "list_runs", kind="selftest")
+            assert {r["id"] for r in listed["runs"]} == ids
 
     run_async(scenario())
 
