@@ -18,8 +18,10 @@ signed with HMAC-SHA256 under `TRM_NOTIFY_SECRET`: the receiver recomputes
 routes and most receivers already verify). Each delivery carries an id stable across its retries,
 `<run_id>:<event_id>`, as `X-Request-ID` and `X-GitHub-Delivery` (receivers de-duplicate on it),
 and its event name, `trm.run.<status>`, as `X-GitHub-Event` and `X-TRM-Event` (Hermes filters a
-route's `events` on `X-GitHub-Event`). The last attempt's `log` event says `settled: true`: the
-SSE stream of a run with a webhook stays open after the terminal status until then.
+route's `events` on `X-GitHub-Event`; a 2xx answer of `{"status": "ignored"}`, Hermes's when the
+event is not among them, is recorded as not delivered, `ignored: true`, and not retried). The last
+attempt's `log` event says `settled: true`: the SSE stream of a run with a webhook stays open
+after the terminal status until then.
 
 Delivery runs in the process that recorded the terminal status (the worker's runner, or the API
 for a cancel of a queued run), on a daemon thread, so the caller never waits on a slow receiver.
@@ -311,15 +313,17 @@ def deliver(
                     settled=delay is None,
                 )
             else:
-                ok = 200 <= response.status_code < 300
-                final = ok or response.status_code not in RETRY_STATUSES
-                if not ok:
+                answered = 200 <= response.status_code < 300
+                final = answered or response.status_code not in RETRY_STATUSES
+                ignored = answered and _ignored(response)
+                ok = answered and not ignored
+                if not answered:
                     log.warning(
                         "webhook %s for %s, attempt %d: answered %d",
                         url, run_id, attempt, response.status_code,
                     )  # fmt: skip
-                # Only a delivery says its status code: a failure's code (or connection error)
-                # would let any client probe the ports of the hosts the service can reach.
+                # Only an answered delivery says its status code: a failure's code (or
+                # connection error) would let any client probe the ports the service can reach.
                 _record(
                     publisher,
                     run_id,
@@ -328,8 +332,9 @@ def deliver(
                     ok,
                     config,
                     None if final else delay,
-                    status_code=response.status_code if ok else None,
+                    status_code=response.status_code if answered else None,
                     settled=final or delay is None,
+                    **({"ignored": True, "event": event} if ignored else {}),
                 )
                 if final:
                     return ok
@@ -337,6 +342,17 @@ def deliver(
                 return False
             sleep(delay)
     return False
+
+
+def _ignored(response: httpx.Response) -> bool:
+    """A 2xx that says the receiver dropped the delivery: Hermes's webhook route answers
+    `{"status": "ignored"}` when the event is not in the route's `events` (or a filter or
+    script drops it); nothing reached its agent, so the webhook was not delivered."""
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("status") == "ignored"
 
 
 def _record(
@@ -364,6 +380,11 @@ def _record(
     data["message"] = f"webhook {what} to {url} (attempt {attempt}/{config.attempts})" + (
         f"; retrying in {retry_in_s:g}s" if retry_in_s else ""
     )
+    if extra.get("ignored"):
+        data["message"] = (
+            f"webhook not delivered: {url} ignored {extra.get('event')} (not among its route's "
+            "events, or its filter dropped it)"
+        )
     try:
         publisher.publish(run_id, "log", data)
     except Exception as exc:  # the record is best effort; delivery itself must go on

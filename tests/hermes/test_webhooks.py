@@ -183,19 +183,13 @@ def hermes_serves_webhooks() -> bool:
     return subprocess.run(probe, capture_output=True).returncode == 0
 
 
-@pytest.mark.skipif(
-    not hermes_serves_webhooks(),
-    reason="hermes-agent with aiohttp is not installed (scripts/hermes_env.sh, or HERMES_PYTHON)",
-)
-def test_hermes_webhook_route_from_the_docs_takes_a_run_and_renders_its_prompt(
-    env: dict[str, str], migrated: Any, tmp_path: Path
-) -> None:
-    port = free_port()
-    platform = docs_route_config(port)
-    secret = platform["extra"]["routes"]["trm"]["secret"]
+def start_hermes_route(
+    platform: dict[str, Any], home: Path
+) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
+    """Hermes's webhook route serving `platform`, and the lines it prints (each JSON)."""
     hermes = subprocess.Popen(
         [str(HERMES_PYTHON), "-c", HERMES_ROUTE, json.dumps(platform)],
-        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "HERMES_HOME": str(tmp_path)},
+        env={"PATH": os.environ["PATH"], "HOME": str(home), "HERMES_HOME": str(home)},
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     lines: queue.Queue[str] = queue.Queue()
@@ -207,6 +201,59 @@ def test_hermes_webhook_route_from_the_docs_takes_a_run_and_renders_its_prompt(
             lines.put(line)
 
     threading.Thread(target=pump, daemon=True).start()
+    return hermes, lines
+
+
+HERMES_WEBHOOKS = pytest.mark.skipif(
+    not hermes_serves_webhooks(),
+    reason="hermes-agent with aiohttp is not installed (scripts/hermes_env.sh, or HERMES_PYTHON)",
+)
+
+
+@HERMES_WEBHOOKS
+def test_a_delivery_hermes_ignores_is_recorded_as_not_delivered(
+    env: dict[str, str], migrated: Any, tmp_path: Path
+) -> None:
+    """A route whose `events` leave out the run's: Hermes answers 200 `{"status": "ignored"}`
+    and its agent gets nothing; the run's log says so (it said delivered)."""
+    port = free_port()
+    platform = docs_route_config(port)
+    platform["extra"]["routes"]["trm"]["events"] = ["trm.run.failed"]
+    hermes, lines = start_hermes_route(platform, tmp_path)
+    (tmp_path / "logs").mkdir()
+    service = Service(
+        {**env, "TRM_NOTIFY_SECRET": platform["extra"]["routes"]["trm"]["secret"],
+         "TRM_NOTIFY_ALLOW": f"127.0.0.1:{port}"},
+        tmp_path / "logs",
+    )  # fmt: skip
+    frames: list[dict[str, Any]] = []
+    try:
+        assert json.loads(lines.get(timeout=60)) == {"ready": True}
+        service.start_api()
+        service.start_worker()
+        url = f"http://127.0.0.1:{port}/webhooks/trm"
+        run = service.submit({"kind": "selftest", "steps": 2, "notify": {"url": url}})
+        service.wait_status(run["id"], "completed", timeout=90)
+        follow(service.url, run["id"], frames, threading.Event())  # ends at the settled attempt
+    finally:
+        service.stop()
+        hermes.kill()
+        hermes.wait()
+    attempts = [f["data"] for f in frames if f["type"] == "log" and f["data"]["source"] == "notify"]
+    assert len(attempts) == 1, attempts
+    (only,) = attempts
+    assert (only["delivered"], only["ignored"], only["settled"]) == (False, True, True)
+    assert "ignored trm.run.completed" in only["message"] and lines.empty()
+
+
+@HERMES_WEBHOOKS
+def test_hermes_webhook_route_from_the_docs_takes_a_run_and_renders_its_prompt(
+    env: dict[str, str], migrated: Any, tmp_path: Path
+) -> None:
+    port = free_port()
+    platform = docs_route_config(port)
+    secret = platform["extra"]["routes"]["trm"]["secret"]
+    hermes, lines = start_hermes_route(platform, tmp_path)
     (tmp_path / "logs").mkdir()
     service = Service(
         {**env, "TRM_NOTIFY_SECRET": secret, "TRM_NOTIFY_ALLOW": f"127.0.0.1:{port}"},
