@@ -4,7 +4,7 @@ list) starts from, each with a ready spec, so the tools' own definitions can sta
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 ROUTERBENCH_CORPUS = {
@@ -40,7 +40,7 @@ class Prompt:
     render: Callable[[dict[str, str]], str]
 
 
-def _spec(spec: dict[str, object]) -> str:
+def _spec(spec: Mapping[str, object]) -> str:
     return json.dumps(spec, separators=(",", ":"))
 
 
