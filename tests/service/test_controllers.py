@@ -268,6 +268,36 @@ def test_the_cli_promotes_lists_decides_and_rolls_back(trained: Trained, tmp_pat
     assert shown["versions"][1]["promoted_by"].endswith("(anonymous)")
 
 
+def test_trm_export_by_name_exports_the_version_the_registry_names(
+    trained: Trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app.cli import main as trm_main
+
+    assert trained.promote("exported", trained.trm).status_code == 201
+    runs, url = trained.svc.settings.runs_dir, trained.svc.url
+    out = tmp_path / "by-name"
+    assert trm_main(["export", "exported@1", "--out", str(out), "--url", url,
+                     "--runs-dir", str(runs)]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert f"exported v1 (trm, run {trained.trm})" in printed
+    assert "same action on every row" in printed
+    manifest = json.loads((out / "manifest.json").read_text())
+    # The export is the model the name decides with.
+    assert trained.decide("exported", [ROW]).json()["model_hash"] == manifest["model_hash"]
+
+    # A version that is not there, a host whose runs folder is not the service's, a name the
+    # registry does not know: exit 2, saying which and what to do.
+    def refused(*args: str) -> str:
+        assert trm_main(["export", *args, "--out", str(tmp_path / "no"), "--url", url]) == 2
+        return capsys.readouterr().err
+
+    assert "exported has no version 7 (it has 1)" in refused("exported@7", "--runs-dir", str(runs))
+    err = refused("exported", "--runs-dir", str(tmp_path / "elsewhere"))
+    assert f"{trained.trm}/trainer is not under the runs folder here" in err and "--runs-dir" in err
+    assert "nobody" in refused("nobody")
+    assert not (tmp_path / "no").exists()
+
+
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_decide_without_a_decision_process_says_how_to_start_one(service: Service) -> None:
     answer = service.http.post("/controllers/router/decide", json={"rows": [ROW]})
