@@ -13,6 +13,7 @@ import re
 import subprocess
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,11 @@ def receiver() -> Iterator[GitHubStyleReceiver]:
     found.close()
 
 
+def notify_attempts(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The webhook delivery attempts among a run's events."""
+    return [f["data"] for f in frames if f["type"] == "log" and f["data"]["source"] == "notify"]
+
+
 def follow(url: str, run_id: str, frames: list[dict[str, Any]], closed: threading.Event) -> None:
     """An SSE follower reading until the server ends the stream."""
     with httpx.stream("GET", f"{url}/runs/{run_id}/events", timeout=120) as response:
@@ -134,7 +140,7 @@ def test_retried_delivery_keeps_its_id_is_accepted_once_and_followers_see_it(
 
     # The follower saw the terminal status, then both attempts; the stream ended at the settled one.
     after = frames[frames.index(terminal) + 1 :]
-    attempts = [f["data"] for f in after if f["type"] == "log" and f["data"]["source"] == "notify"]
+    attempts = notify_attempts(after)
     assert [(a["attempt"], a["delivered"], a["settled"]) for a in attempts] == [
         (1, False, False),
         (2, True, True),
@@ -210,15 +216,13 @@ HERMES_WEBHOOKS = pytest.mark.skipif(
 )
 
 
-@HERMES_WEBHOOKS
-def test_a_delivery_hermes_ignores_is_recorded_as_not_delivered(
-    env: dict[str, str], migrated: Any, tmp_path: Path
-) -> None:
-    """A route whose `events` leave out the run's: Hermes answers 200 `{"status": "ignored"}`
-    and its agent gets nothing; the run's log says so (it said delivered)."""
-    port = free_port()
-    platform = docs_route_config(port)
-    platform["extra"]["routes"]["trm"]["events"] = ["trm.run.failed"]
+@contextmanager
+def a_run_sent_to_hermes(
+    env: dict[str, str], tmp_path: Path, platform: dict[str, Any]
+) -> Iterator[tuple[dict[str, Any], queue.Queue[str], list[dict[str, Any]]]]:
+    """A selftest run whose webhook goes to Hermes's route serving `platform`, followed until its
+    delivery settled: the run, the lines Hermes prints, the run's events (Hermes still up)."""
+    port = platform["extra"]["port"]
     hermes, lines = start_hermes_route(platform, tmp_path)
     (tmp_path / "logs").mkdir()
     service = Service(
@@ -235,43 +239,40 @@ def test_a_delivery_hermes_ignores_is_recorded_as_not_delivered(
         run = service.submit({"kind": "selftest", "steps": 2, "notify": {"url": url}})
         service.wait_status(run["id"], "completed", timeout=90)
         follow(service.url, run["id"], frames, threading.Event())  # ends at the settled attempt
+        yield run, lines, frames
     finally:
         service.stop()
         hermes.kill()
         hermes.wait()
-    attempts = [f["data"] for f in frames if f["type"] == "log" and f["data"]["source"] == "notify"]
+
+
+@HERMES_WEBHOOKS
+def test_a_delivery_hermes_ignores_is_recorded_as_not_delivered(
+    env: dict[str, str], migrated: Any, tmp_path: Path
+) -> None:
+    """A route whose `events` leave out the run's: Hermes answers 200 `{"status": "ignored"}`
+    and its agent gets nothing; the run's log says so (it said delivered)."""
+    platform = docs_route_config(free_port())
+    platform["extra"]["routes"]["trm"]["events"] = ["trm.run.failed"]
+    with a_run_sent_to_hermes(env, tmp_path, platform) as (_, lines, frames):
+        attempts = notify_attempts(frames)
+        assert lines.empty()  # nothing reached Hermes's agent
     assert len(attempts) == 1, attempts
     (only,) = attempts
     assert (only["delivered"], only["ignored"], only["settled"]) == (False, True, True)
-    assert "ignored trm.run.completed" in only["message"] and lines.empty()
+    assert "ignored trm.run.completed" in only["message"]
 
 
 @HERMES_WEBHOOKS
 def test_hermes_webhook_route_from_the_docs_takes_a_run_and_renders_its_prompt(
     env: dict[str, str], migrated: Any, tmp_path: Path
 ) -> None:
-    port = free_port()
-    platform = docs_route_config(port)
-    secret = platform["extra"]["routes"]["trm"]["secret"]
-    hermes, lines = start_hermes_route(platform, tmp_path)
-    (tmp_path / "logs").mkdir()
-    service = Service(
-        {**env, "TRM_NOTIFY_SECRET": secret, "TRM_NOTIFY_ALLOW": f"127.0.0.1:{port}"},
-        tmp_path / "logs",
-    )
-    try:
-        assert json.loads(lines.get(timeout=60)) == {"ready": True}
-        service.start_api()
-        service.start_worker()
-        url = f"http://127.0.0.1:{port}/webhooks/trm"
-        run = service.submit({"kind": "selftest", "steps": 2, "notify": {"url": url}})
-        service.wait_status(run["id"], "completed", timeout=90)
+    platform = docs_route_config(free_port())
+    with a_run_sent_to_hermes(env, tmp_path, platform) as (run, lines, frames):
         # Hermes answers 401 to a signature it cannot verify: then nothing reaches its agent.
         taken = json.loads(lines.get(timeout=60))
-    finally:
-        service.stop()
-        hermes.kill()
-        hermes.wait()
+    delivered = notify_attempts(frames)
+    assert delivered[-1]["delivered"] is True and "ignored" not in delivered[-1]
     assert taken["delivery"].startswith(f"{run['id']}:")
     assert f"TRM run {run['id']} (selftest" in taken["prompt"]
     assert "ended: completed." in taken["prompt"] and "{" not in taken["prompt"]
