@@ -219,6 +219,41 @@ class Controller(SQLModel, table=True):
 
     name: str = Field(primary_key=True, max_length=64)
     live_version: int
+    # Opt-in: record every row it decides in `decisions` (with an id the caller reports the
+    # outcome under).
+    log_decisions: bool = Field(default=False, sa_column_kwargs={"server_default": sa.false()})
+    # A candidate version that also scores every call for the live one, never changing the answer.
+    shadow_version: int | None = None
     updated_at: datetime = Field(
         default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
     )
+
+
+class DecisionRecord(SQLModel, table=True):
+    """One row a controller decided (SPEC §12), logged when its controller opts in or a shadow
+    version runs beside the live one; the caller's outcome for it, once reported. Bounded: a row
+    is as large as the decide limits allow, and the decision process keeps at most
+    TRM_DECISION_LOG_KEEP per controller (core/decisions.py)."""
+
+    __tablename__ = "decisions"
+    __table_args__ = (sa.Index("ix_decisions_name_id", "name", "id"),)
+
+    # A ULID: sorts by decision time, and pages the log.
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=26)
+    name: str = Field(max_length=64)
+    version: int
+    state: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    tools: list[str] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
+    action: str | None = Field(default=None, max_length=256)
+    scores: list[float] = Field(sa_column=sa.Column(sa.JSON, nullable=False))
+    margin: float
+    abstain: bool
+    shadow_version: int | None = None
+    shadow_action: str | None = Field(default=None, max_length=256)
+    decided_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
+    success: bool | None = None
+    reward: float | None = None
+    notes: str | None = Field(default=None, max_length=500)
+    outcome_at: datetime | None = _time_column()

@@ -88,6 +88,8 @@ class Settings(BaseSettings):
     decide_url: str | None = None
     decide_port: int = Field(default=8001, ge=1, le=65535)
     decide_cache: int = Field(default=8, ge=1, le=256)
+    # The decision log's cap: the newest rows kept per controller (core/decisions.py).
+    decision_log_keep: int = Field(default=100_000, ge=1, le=100_000_000)
 
     api_host: str = "127.0.0.1"
     # Names clients reach the API by beyond the loopback ones (Host checked when bound to

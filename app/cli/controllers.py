@@ -1,5 +1,6 @@
-"""`trm promote | controllers | rollback | decide`: named controllers from a terminal (SPEC §12),
-and `trm decide-server`, the decision process the API forwards decisions to."""
+"""`trm promote | controllers | rollback | decide`: named controllers from a terminal (SPEC §12);
+`trm decisions | outcomes | shadow`: their decision log, the outcomes reported for it and a
+shadow version; and `trm decide-server`, the decision process the API forwards decisions to."""
 
 from __future__ import annotations
 
@@ -27,6 +28,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=None,
         help="abstain when the best probability leads the next by less (0..1; default: never)",
+    )
+    p.add_argument(
+        "--log-decisions",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="record every decided row for outcomes (default: as the name was; off when new)",
     )
     add_url(p)
     p.set_defaults(func=cmd_promote)
@@ -56,6 +63,48 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_url(p)
     p.set_defaults(func=cmd_decide)
+    p = sub.add_parser("decisions", help="a controller's logged decisions, newest first")
+    p.add_argument("name", help="the controller's name")
+    p.add_argument("--limit", type=int, default=20, help="how many (default: 20, at most 500)")
+    p.add_argument("--before", default=None, help="older than this decision id (default: newest)")
+    p.add_argument(
+        "--with-outcomes",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="only those with (--with-outcomes) or without (--no-with-outcomes) one (default: all)",
+    )
+    p.add_argument("--json", action="store_true", help="print the API's JSON (default: text)")
+    add_url(p)
+    p.set_defaults(func=cmd_decisions)
+    p = sub.add_parser("outcomes", help="report what happened after logged decisions")
+    p.add_argument("name", help="the controller's name")
+    p.add_argument(
+        "--file",
+        type=Path,
+        help="a JSONL file of {decision_id, success, reward?, notes?} (default: none; or "
+        "--decision)",
+    )
+    p.add_argument("--decision", help="one decision id (default: none; or --file)")
+    p.add_argument(
+        "--success", action=argparse.BooleanOptionalAction, default=None,
+        help="with --decision: it succeeded (--success) or failed (--no-success)",
+    )  # fmt: skip
+    p.add_argument("--reward", type=float, default=None, help="with --decision (default: none)")
+    p.add_argument("--notes", default=None, help="with --decision, short text (default: none)")
+    add_url(p)
+    p.set_defaults(func=cmd_outcomes)
+    p = sub.add_parser("shadow", help="run a version beside the live one, or stop (--clear)")
+    p.add_argument("name", help="the controller's name")
+    p.add_argument("version", type=int, nargs="?", help="the version to shadow the live one")
+    p.add_argument("--clear", action="store_true", help="stop shadowing")
+    p.add_argument(
+        "--promote", action="store_true",
+        help="make the shadow live if it meets --min-decisions and --min-agreement",
+    )  # fmt: skip
+    p.add_argument("--min-decisions", type=int, default=100, help="with --promote (default: 100)")
+    p.add_argument("--min-agreement", type=float, default=0.9, help="with --promote (0.9)")
+    add_url(p)
+    p.set_defaults(func=cmd_shadow)
     p = sub.add_parser("decide-server", help="the decision process (keeps controllers loaded)")
     p.add_argument(
         "--host", default=None, help="its interface (default: TRM_API_HOST or 127.0.0.1)"
@@ -84,7 +133,7 @@ def _version_line(v: dict[str, Any]) -> str:
 def cmd_promote(args: argparse.Namespace) -> int:
     client = Client(args.url)
     body = {"name": args.name, "run_id": args.run, "abstain_margin": args.abstain_margin,
-            "by": _user()}  # fmt: skip
+            "by": _user(), "log_decisions": args.log_decisions}  # fmt: skip
     try:
         version = client._json(client.http.post("/controllers", json=body))
     except ApiCallError as exc:
@@ -104,8 +153,11 @@ def cmd_controllers(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(answer, indent=2))
     elif args.name:
-        print(printable(f"{answer['name']}  live v{answer['live_version']}"))
+        logging = "  logs decisions" if answer["log_decisions"] else ""
+        print(printable(f"{answer['name']}  live v{answer['live_version']}{logging}"))
         print(printable(f"  anchors: {answer['live']['anchors']}"))
+        if answer["shadow"]:
+            print(printable(_shadow_line(answer["shadow"])))
         for v in reversed(answer["versions"]):
             print(printable(_version_line(v)))
     else:
@@ -202,4 +254,105 @@ def cmd_decide_server(args: argparse.Namespace) -> int:
         access_log=False,
         timeout_graceful_shutdown=3,
     )
+    return 0
+
+
+def _shadow_line(report: dict[str, Any]) -> str:
+    rate = report["agreement_rate"]
+    line = (
+        f"  shadow v{report['version']}: agreed on {report['agreed']} of {report['decisions']}"
+        f" ({'-' if rate is None else f'{rate:.3f}'})"
+    )
+    for side in ("when_agreed", "when_disagreed"):
+        split = report[side]
+        if split["reported"]:
+            line += f"; {side.replace('_', ' ')} {split['succeeded']}/{split['reported']} succeeded"
+    return line
+
+
+def cmd_decisions(args: argparse.Namespace) -> int:
+    client = Client(args.url)
+    params: dict[str, Any] = {"limit": args.limit}
+    if args.before:
+        params["before"] = args.before
+    if args.with_outcomes is not None:
+        params["with_outcomes"] = str(args.with_outcomes).lower()
+    try:
+        page = client._json(client.http.get(f"/controllers/{args.name}/decisions", params=params))
+    except ApiCallError as exc:
+        return _fail(exc)
+    if args.json:
+        print(json.dumps(page, indent=2))
+        return 0
+    for d in page["decisions"]:
+        outcome = d["outcome"]
+        told = "-" if outcome is None else ("success" if outcome["success"] else "failure")
+        shadow = "" if d["shadow_version"] is None else f"  shadow {d['shadow_action']}"
+        line = (f"{d['id']}  v{d['version']:<3} {d['action']}  margin {d['margin']:.3f}  "
+                f"{told}{shadow}  {d['decided_at'][:19]}")  # fmt: skip
+        print(printable(line))
+    if page["next_before"]:
+        print(printable(f"(older: --before {page['next_before']})"))
+    return 0
+
+
+def _outcome_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    if args.file is not None:
+        if args.decision is not None:
+            raise SystemExit("trm outcomes: --file or --decision, not both")
+        try:
+            lines = args.file.read_text().splitlines()
+        except OSError as exc:
+            raise SystemExit(f"trm outcomes: {args.file}: {exc.strerror}") from None
+        rows = []
+        for n, line in enumerate(lines, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    where = f"{args.file}:{n}"
+                    raise SystemExit(f"trm outcomes: {where}: not JSON: {exc.msg}") from None
+        return rows
+    if args.decision is None or args.success is None:
+        raise SystemExit("trm outcomes: give --decision ID and --success/--no-success, or --file")
+    row: dict[str, Any] = {"decision_id": args.decision, "success": args.success}
+    if args.reward is not None:
+        row["reward"] = args.reward
+    if args.notes is not None:
+        row["notes"] = args.notes
+    return [row]
+
+
+def cmd_outcomes(args: argparse.Namespace) -> int:
+    client = Client(args.url)
+    body = {"outcomes": _outcome_rows(args)}
+    try:
+        answer = client._json(client.http.post(f"/controllers/{args.name}/outcomes", json=body))
+    except ApiCallError as exc:
+        return _fail(exc)
+    print(printable(f"{answer['recorded']} outcome(s) recorded ({answer['replaced']} replaced)"))
+    return 0
+
+
+def cmd_shadow(args: argparse.Namespace) -> int:
+    client = Client(args.url)
+    base = f"/controllers/{args.name}"
+    if args.promote:
+        body: dict[str, Any] = {"min_decisions": args.min_decisions,
+                                "min_agreement": args.min_agreement}  # fmt: skip
+        call = client.http.post(f"{base}/promote-shadow", json=body)
+    elif args.clear or args.version is not None:
+        version = None if args.clear else args.version
+        call = client.http.post(f"{base}/shadow", json={"version": version})
+    else:
+        call = client.http.get(base)
+    try:
+        answer = client._json(call)
+    except ApiCallError as exc:
+        return _fail(exc)
+    print(printable(f"{answer['name']}  live v{answer['live_version']}"))
+    if answer["shadow"]:
+        print(printable(_shadow_line(answer["shadow"])))
+    else:
+        print("  no shadow version")
     return 0

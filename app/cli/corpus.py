@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from core.schemas.corpus import CorpusSpec
+from core.schemas.corpus import CorpusSpec, DecisionLogSource
 
 EXIT_BAD_INPUT = 2
 
@@ -89,7 +89,9 @@ def load_spec(path: Path) -> CorpusSpec:
         raise SpecFileError("\n".join(lines)) from exc
     base = path.resolve().parent
     sources = [
-        source.model_copy(update={"path": str((base / source.path).resolve())})
+        source
+        if isinstance(source, DecisionLogSource)  # no file: it reads the service's database
+        else source.model_copy(update={"path": str((base / source.path).resolve())})
         for source in spec.sources
     ]
     return spec.model_copy(update={"sources": sources})

@@ -9,7 +9,7 @@ import logging
 from typing import Annotated, Any
 
 import httpx
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from sqlmodel import Session
 
@@ -21,9 +21,14 @@ from core.controllers import (
     DecideBody,
     DecideOut,
     PromoteIn,
+    PromoteShadowIn,
     RollbackIn,
+    SettingsIn,
+    ShadowIn,
     VersionOut,
 )
+from core.decisions import MAX_PAGE, DecisionPage, OutcomesIn, OutcomesOut, report_outcomes
+from core.decisions import list_decisions as list_logged
 from core.errors import ApiError
 from core.schemas.runs import ErrorOut
 from core.schemas.strings import string_problem
@@ -72,6 +77,55 @@ def rollback(
 ) -> ControllerOut:
     """Make an earlier version live again (any existing version may be named)."""
     return ops.rollback(app.engine, ops.check_name(name), body.version)
+
+
+@router.patch("/controllers/{name}", response_model=ControllerOut)
+def change_controller(
+    name: str, body: SettingsIn, app: Annotated[AppState, Depends(state)]
+) -> ControllerOut:
+    """Turn the decision log on or off (`log_decisions`)."""
+    return ops.set_logging(app.engine, ops.check_name(name), body)
+
+
+@router.post("/controllers/{name}/shadow", response_model=ControllerOut)
+def shadow(name: str, body: ShadowIn, app: Annotated[AppState, Depends(state)]) -> ControllerOut:
+    """Run a candidate version beside the live one on every call (it never changes the answer;
+    its agreement is in `shadow`); `{"version": null}` stops it."""
+    return ops.set_shadow(app.engine, ops.check_name(name), body.version)
+
+
+@router.post(
+    "/controllers/{name}/promote-shadow",
+    response_model=ControllerOut,
+    responses={409: {"model": ErrorOut}},
+)
+def promote_shadow(
+    name: str, body: PromoteShadowIn, app: Annotated[AppState, Depends(state)]
+) -> ControllerOut:
+    """Make the shadow version live when it has shadowed `min_decisions` rows and agreed with
+    the live answer on `min_agreement` of them; a 409 naming its figures otherwise."""
+    return ops.promote_shadow(app.engine, ops.check_name(name), body)
+
+
+@router.post("/controllers/{name}/outcomes", response_model=OutcomesOut)
+def outcomes(name: str, body: OutcomesIn, app: Annotated[AppState, Depends(state)]) -> OutcomesOut:
+    """What happened after logged decisions: all recorded or none (an unknown id is a 404
+    naming it); a decision's later outcome replaces its earlier one."""
+    return report_outcomes(app.engine, ops.check_name(name), body)
+
+
+@router.get("/controllers/{name}/decisions", response_model=DecisionPage)
+def decisions(
+    name: str,
+    db: Annotated[Session, Depends(session)],
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    before: Annotated[str | None, Query(max_length=26)] = None,
+    with_outcomes: bool | None = None,
+) -> DecisionPage:
+    """The logged decisions, newest first; `before` (a page's `next_before`) pages back;
+    `with_outcomes` true/false keeps those with/without an outcome."""
+    ops.resolve(db, ops.check_name(name), None)  # a 404 for an unknown name
+    return list_logged(db, name, limit, before, with_outcomes)
 
 
 @router.post(

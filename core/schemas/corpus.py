@@ -19,6 +19,8 @@ from core.schemas.common import MAX_COUNT, Seed
 # storing a spec stays cheap.
 MAX_SOURCES, MAX_NAMES, MAX_MAP = 64, 1000, 100_000
 Name = Annotated[str, Field(min_length=1, max_length=200)]
+# A controller's name (core/controllers.py's rule).
+CONTROLLER_NAME = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 
 
 class StrictModel(BaseModel):
@@ -210,9 +212,34 @@ class BfclSource(StrictModel):
         return data
 
 
+class DecisionLogSource(StrictModel):
+    """A named controller's logged decisions (core/decisions.py), read from the database: one row
+    per decision with a reported outcome, state and tools as decided, action = the action the
+    controller chose, the outcome in meta (`success`, `reward`); env and run =
+    `<controller>@v<version>`, episode = the decision id. `outcomes`: `success_only` keeps the
+    decisions that succeeded; `all` keeps the failed ones too, as negatives (critic.jsonl, never
+    imitated). Decisions with no outcome yet are left out (counted)."""
+
+    type: Literal["decision_log"]
+    name: Name
+    controller: str = Field(pattern=CONTROLLER_NAME, max_length=64)
+    # Only these versions' decisions (default: every version's).
+    versions: list[Annotated[int, Field(ge=1, le=2**31 - 1)]] | None = Field(
+        default=None, min_length=1, max_length=MAX_NAMES
+    )
+    outcomes: Literal["success_only", "all"] = "success_only"
+    # The newest this many decisions are read.
+    max_rows: int = Field(default=100_000, ge=1, le=MAX_COUNT)
+
+    @property
+    def path(self) -> str:
+        """What the manifest and the card name as this source's origin (it has no file)."""
+        return f"decision_log:{self.controller}"
+
+
 Source = Annotated[
     TrmPlayRootSource | JsonlSource | RouterJsonlSource | RouteLlmSource | JobShopSource
-    | BfclSource,
+    | BfclSource | DecisionLogSource,
     Field(discriminator="type"),
 ]  # fmt: skip
 

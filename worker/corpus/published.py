@@ -40,8 +40,24 @@ def _jobshop_rows(
     return read_rows(source, files, tally, progress)
 
 
+def _decision_log_files(source: Any, field: str) -> list[Path]:
+    from worker.corpus.decision_log import files_of  # it reads rows as sources.py does
+
+    return files_of(source, field)
+
+
+def _decision_log_rows(
+    source: Any, files: list[Path], tally: Tally, progress: Callable[[int], None]
+) -> list[Row]:
+    from worker.corpus.decision_log import read_rows
+
+    return read_rows(source, files, tally, progress)
+
+
 READERS: dict[str, PublishedReader] = {
     "routellm": PublishedReader(routellm.files_of, routellm.read_rows),
     "bfcl": PublishedReader(bfcl.files_of, bfcl.read_rows),
     "jobshop": PublishedReader(_jobshop_files, _jobshop_rows, path_must_exist=False),
+    # Not a published data set: the service's own decision log, read from its database.
+    "decision_log": PublishedReader(_decision_log_files, _decision_log_rows, path_must_exist=False),
 }

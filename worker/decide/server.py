@@ -146,9 +146,11 @@ class DecideService:
     ) -> list[str]:
         """Insert the call's rows in the decision log; their ids, in order."""
         version, shadowed = routing.version, routing.shadow
+        # Sorted: ULIDs of one millisecond differ in random bits, and the log pages by id.
+        ids = sorted(new_id() for _ in rows)
         records = [
             DecisionRecord(
-                id=new_id(),
+                id=ids[i],
                 name=version.name,
                 version=version.version,
                 state=r.state,

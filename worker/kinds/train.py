@@ -69,6 +69,8 @@ def materialize_bench_data(spec: dict[str, Any], data_dir: Path) -> list[str]:
     made = []
     benches = (data_dir / "benches").resolve()
     for source in spec["corpus"]["sources"]:
+        if "path" not in source:  # a decision_log source reads the database
+            continue
         path = Path(source["path"]).resolve()
         if path.exists() or not path.is_relative_to(benches):
             continue
@@ -90,7 +92,8 @@ def prepare_corpus(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
             done, total, unit="bytes"))  # fmt: skip
     except CorpusInputError as exc:
         raise StageFailure("bad_input", str(exc)) from None
-    ctx.inputs.extend(Path(s.path) for s in corpus.sources)
+    # A decision_log source reads the database, not a file.
+    ctx.inputs.extend(Path(s.path) for s in corpus.sources if s.type != "decision_log")
     ctx.outputs.extend(result.files.values())
     for key, value in result.counters.items():
         ctx.counters[key] = value
