@@ -52,18 +52,26 @@ TARGET_RATIO = 2.0
 TARGET_HTTP_P99_MS = 10.0
 
 
-def build(workdir: Path, epochs: int) -> tuple[Path, dict[str, Path]]:
-    """The routerBench corpus and a trm and a gbdt trained on it: (corpus, trainer folders)."""
+def build_corpus_only(workdir: Path) -> Path:
+    """The routerBench corpus (`workdir/corpus`), built as specs/train-routerbench-trm.json
+    builds it from the shipped bench's data."""
     from core.schemas.corpus import CorpusSpec
     from worker.corpus import build_corpus
     from worker.envs.benchdata import ensure_bench_data
-    from worker.train import gbdt, trm
-    from worker.train.callbacks import TrainerCallbacks
 
     folder = ensure_bench_data("routerbench", workdir / "data")
     spec = json.loads((ROOT / "specs" / "train-routerbench-trm.json").read_text())["corpus"]
     spec["sources"][0]["path"] = str(folder)
     build_corpus(CorpusSpec.model_validate(spec), workdir / "corpus")
+    return workdir / "corpus"
+
+
+def build(workdir: Path, epochs: int) -> tuple[Path, dict[str, Path]]:
+    """The routerBench corpus and a trm and a gbdt trained on it: (corpus, trainer folders)."""
+    from worker.train import gbdt, trm
+    from worker.train.callbacks import TrainerCallbacks
+
+    build_corpus_only(workdir)
     trained = {}
     for name, trainer, config in (("trm", trm, {"epochs": epochs}), ("gbdt", gbdt, {})):
         started = time.perf_counter()

@@ -254,7 +254,12 @@ def check_export(
     decide.py, run apart from the project, and the service's controller."""
     if not rows:
         return 0.0, []
-    service = controller.decide(rows)
+    # The reference is the policy's own forward (torch for a trm), not the numpy forward that a
+    # small call of the controller runs: that is the very code the export ships.
+    states, tools = [r.state for r in rows], [list(r.tools) for r in rows]
+    scores = controller.policy.scores_batch(states, tools)
+    margin = controller.abstain_margin
+    service = [decision.decision(t, s, margin) for t, s in zip(tools, scores, strict=True)]
     exported = run_exported(out_dir, rows)
     if len(exported) != len(rows):
         raise ExportError("out", f"the export answered {len(exported)} of {len(rows)} rows")
