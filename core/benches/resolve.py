@@ -7,8 +7,9 @@ the API answers `POST /benches/{name}?dry_run=true` with it without starting a w
 - a train run id (a ULID; anything else is refused): `RUNS_DIR/<id>/` must be `completed` (its
   summary.json); the model files in its `trainer/` folder say what it trained (trm, gbdt or
   qlora); the corpus knobs of its corpus manifest shape the anchors;
-- `<hill-climb run id>:root` / `:final`: `RUNS_DIR/<id>/summary.json` keys `root_candidate_run`
-  (its first candidate) and `best_run` (its best) name the train run; they must be run ids, and a
+- `<hill-climb run id>:root` / `:final`: `RUNS_DIR/<id>/summary.json`'s `search` (what a
+  finished hill-climb writes there, worker/kinds/hillclimb.py) keys `root_candidate_run` (its
+  first candidate) and `best_run` (its best) name the train run; they must be run ids, and a
   chain of them is cut at MAX_REF_DEPTH or at the first run seen twice (a refusal, not a loop);
 - every file read back lies inside its run's folder once symlinks are resolved;
 - an artifact path under RUNS_DIR or DATA_DIR: a folder with `model.safetensors` (trm),
@@ -91,13 +92,12 @@ def resolve_side(
         if not run_dir.is_dir() or not under(Path(runs_dir), run_dir):
             raise ResolveError("bad_input", f"{side}: no run {run_id}")
         if pick:
-            summary = _read_json(run_dir / SUMMARY, run_dir)
             key = {"root": "root_candidate_run", "final": "best_run"}[pick]
-            target = summary.get(key)
+            target = search_pick(_read_json(run_dir / SUMMARY, run_dir), key)
             if not target:
                 raise ResolveError(
                     "bad_input",
-                    f"{side}: {ref!r}: run {run_id} has no {key!r} "
+                    f"{side}: {ref!r}: run {run_id} has no search.{key} in its summary.json "
                     "(use <hill-climb run>:root or :final on a finished hill-climb)",
                 )
             if not is_run_id(target):
@@ -119,6 +119,12 @@ def resolve_side(
             "or data directory",
         )  # fmt: skip
     return {"ref": ref, "policy": _artifact(path, side, ref, model_cache), "knobs": None}
+
+
+def search_pick(summary: dict[str, Any], key: str) -> Any:
+    """`best_run` or `root_candidate_run` of a hill-climb's summary.json: under its `search`."""
+    search = summary.get("search")
+    return search.get(key) if isinstance(search, dict) else None
 
 
 def trainer_of(out: Path) -> str | None:

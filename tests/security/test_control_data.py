@@ -70,6 +70,11 @@ def test_a_forged_resolved_config_does_not_move_the_trainer_output(
     assert not elsewhere.exists()
 
 
+def finished_search(**picks: str) -> dict[str, Any]:
+    """A summary.json as a finished hill-climb writes it: its picks under `search`."""
+    return {"status": "completed", "search": picks}
+
+
 def queued_run(service: Service, settings: Settings, summary: dict[str, Any]) -> str:
     """A real run id whose directory holds a forged summary.json."""
     run_id = str(service.submit({"kind": "selftest", "dry_run": True})["id"])
@@ -94,7 +99,7 @@ def test_a_forged_summary_of_a_referenced_run_does_not_steer_a_bench_outside_run
     (above / "trainer").mkdir(exist_ok=True)
     (above / "trainer" / "model.safetensors").write_bytes(b"not a model")
     for forged in ("..", ".", "/etc", "../data"):
-        search = queued_run(service, settings, {"status": "completed", "best_run": forged})
+        search = queued_run(service, settings, finished_search(best_run=forged))
         response = bench_dry_run(service, f"{search}:final")
         assert response.status_code == 422, (forged, response.status_code, response.text[:300])
         error = response.json()["error"]
@@ -109,15 +114,14 @@ def test_a_self_referencing_best_run_is_a_422_not_a_500(
     run_dir = settings.run_dir(run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
     for best_run in (f"{run_id}:final", run_id):  # the first one recursed until a 500
-        summary = {"status": "completed", "best_run": best_run}
-        (run_dir / "summary.json").write_text(json.dumps(summary))
+        (run_dir / "summary.json").write_text(json.dumps(finished_search(best_run=best_run)))
         response = bench_dry_run(service, f"{run_id}:final")
         assert response.status_code == 422, (response.status_code, response.text[:300])
         assert response.json()["error"]["message"].startswith("router:")
     assert "loop" in response.json()["error"]["message"]
     # Two searches naming each other: one step each (a pick names a train run, never a pick).
-    other = queued_run(service, settings, {"status": "completed", "root_candidate_run": run_id})
-    (run_dir / "summary.json").write_text(json.dumps({"status": "completed", "best_run": other}))
+    other = queued_run(service, settings, finished_search(root_candidate_run=run_id))
+    (run_dir / "summary.json").write_text(json.dumps(finished_search(best_run=other)))
     response = bench_dry_run(service, f"{other}:root")
     assert response.status_code == 422, (response.status_code, response.text[:300])
     assert response.json()["error"]["message"].startswith("router:")
