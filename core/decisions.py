@@ -2,10 +2,10 @@
 reports the outcome with, and what a shadow version would have answered beside it.
 
 - **Written** by the decision process (`trm decide-server`), one insert per decide call, in the
-  call: a decision id in the answer is already in the table, so an outcome reported the moment
-  the answer arrives finds it. A controller's rows are logged when it opts in
-  (`log_decisions`), and while a shadow version runs beside its live one (agreement is recorded
-  per row, so shadowing logs what it compares).
+  call (`record` says what that costs): a decision id in the answer is already in the table,
+  so an outcome reported the moment the answer arrives finds it. A controller's rows are
+  logged when it opts in (`log_decisions`), and while a shadow version runs beside its live one
+  (agreement is recorded per row, so shadowing logs what it compares).
 - **Bounded**: a row is as large as the decide limits allow (core/controllers.py); the decision
   process keeps the newest TRM_DECISION_LOG_KEEP rows per controller (`prune`, every PRUNE_S).
 - **Outcomes**: one per decision; a second report for the same decision replaces the first (the
@@ -127,9 +127,15 @@ class ShadowReport(BaseModel):
 
 
 def record(engine: sa.Engine, rows: Sequence[DecisionRecord]) -> None:
-    """One decide call's rows, in one transaction."""
-    with one_writer(engine), session_scope(engine) as session:
-        session.add_all(rows)
+    """One decide call's rows, in one statement and one transaction, on the decide path: a
+    core insert (the ORM's unit of work cost 5 ms more for 32 rows on SQLite), and on Postgres
+    without waiting for the commit's disk flush (`synchronous_commit = off`: 7 ms to 0.7 ms for
+    one row). The rows are visible to every reader at once; a crash of the database server may
+    lose the last fraction of a second of the log, never corrupt it."""
+    with one_writer(engine), engine.begin() as connection:
+        if engine.dialect.name == "postgresql":
+            connection.execute(sa.text("SET LOCAL synchronous_commit = off"))
+        connection.execute(sa.insert(DecisionRecord), [row.model_dump() for row in rows])
 
 
 def prune(engine: sa.Engine, keep: int) -> int:
