@@ -269,14 +269,16 @@ def test_the_cli_promotes_lists_decides_and_rolls_back(trained: Trained, tmp_pat
 
 
 def test_trm_export_by_name_exports_the_version_the_registry_names(
-    trained: Trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+    trained: Trained, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
     from app.cli import main as trm_main
 
     assert trained.promote("exported", trained.trm).status_code == 201
     runs, url = trained.svc.settings.runs_dir, trained.svc.url
+    monkeypatch.chdir(tmp_path)  # --out relative to where the command runs
     out = tmp_path / "by-name"
-    assert trm_main(["export", "exported@1", "--out", str(out), "--url", url,
+    assert trm_main(["export", "exported@1", "--out", "by-name", "--url", url,
                      "--runs-dir", str(runs)]) == 0  # fmt: skip
     printed = capsys.readouterr().out
     assert f"exported v1 (trm, run {trained.trm})" in printed

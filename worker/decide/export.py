@@ -136,7 +136,8 @@ def export_controller(
 ) -> ExportReport:
     """Write the export of the controller in `trainer_dir` to `out_dir` (a new or empty folder,
     or an earlier export, which is replaced whole), then check it on the anchor rows."""
-    trainer_dir, out_dir = Path(trainer_dir), Path(out_dir)
+    # Absolute: the check runs decide.py from a temporary folder of its own.
+    trainer_dir, out_dir = Path(trainer_dir).resolve(), Path(out_dir).resolve()
     if trainer == "qlora":
         raise ExportError(
             "trainer", "qlora export is not supported yet (an adapter decides only on its 4-bit "
