@@ -16,7 +16,7 @@ from sqlmodel import Session, col, select
 from core.benches.menu import bench_names, external_data, load_entry
 from core.db import get_engine
 from core.errors import ApiError
-from core.models import Run
+from core.models import Controller, Run
 from core.paths import BENCH_REF, confine, spec_path_fields
 from core.settings import Settings
 
@@ -103,7 +103,26 @@ def check_external(entry: dict[str, Any], resolved: dict[str, Any], data_dir: Pa
         )
 
 
+def check_controllers(resolved: dict[str, Any], settings: Settings) -> None:
+    """A `decision_log` source names a controller the registry knows (a search's base too)."""
+    for spec, prefix in ((resolved, ""), (resolved.get("base"), "base.")):
+        corpus = spec.get("corpus") if isinstance(spec, dict) else None
+        sources = corpus.get("sources") if isinstance(corpus, dict) else None
+        for i, source in enumerate(sources if isinstance(sources, list) else []):
+            if not isinstance(source, dict) or source.get("type") != "decision_log":
+                continue
+            name = source.get("controller")
+            with Session(get_engine(settings)) as session:
+                known = isinstance(name, str) and session.get(Controller, name) is not None
+            if not known:
+                raise _refuse(
+                    f"{prefix}corpus.sources[{i}].controller",
+                    f"no controller {name!r}: promote a run under that name (with log_decisions)",
+                )
+
+
 def check_submit(resolved: dict[str, Any], settings: Settings, dry_run: bool) -> None:
     """The 422 of the first thing a run would miss; nothing when all is there."""
     check_data_paths(resolved, settings.data_dir)
     check_bench(resolved, settings, dry_run)
+    check_controllers(resolved, settings)

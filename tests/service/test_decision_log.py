@@ -212,9 +212,10 @@ def test_bad_outcomes_shadows_and_sources_are_refused_by_name(loop: Loop) -> Non
     answer = loop.http.post("/runs", json=spec)
     assert answer.status_code == 422, answer.text
     assert "corpus.sources[0].controller" in [d["field"] for d in answer.json()["error"]["details"]]
-    unknown = loop.svc.submit({**spec, "corpus": {"sources": [{**source, "controller": "nobody"}]}})
-    failed = loop.svc.wait_status(unknown["id"], "completed", "failed")
-    assert failed["status"] == "failed" and "sources[0].controller" in failed["failure_reason"]
+    unknown = loop.http.post("/runs", json={**spec, "corpus": {"sources": [
+        {**source, "controller": "nobody"}]}})  # fmt: skip
+    assert unknown.status_code == 422 and "no controller 'nobody'" in unknown.text
+    assert unknown.json()["error"]["details"][0]["field"] == "corpus.sources[0].controller"
 
 
 def test_the_cli_reports_outcomes_lists_decisions_and_sets_a_shadow(
