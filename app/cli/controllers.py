@@ -184,25 +184,30 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     return 0
 
 
+def _jsonl(path: Path, verb: str) -> list[Any]:
+    """Every non-blank line of a JSONL file, parsed; exits naming the file and line otherwise."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise SystemExit(f"trm {verb}: {path}: {exc.strerror}") from None
+    out = []
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise SystemExit(f"trm {verb}: {path}:{n}: not JSON: {exc.msg}") from None
+    return out
+
+
 def _rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.rows is not None:
         if args.state is not None or args.tools is not None:
             raise SystemExit("trm decide: --rows or --state/--tools, not both")
-        try:
-            lines = args.rows.read_text().splitlines()
-        except OSError as exc:
-            raise SystemExit(f"trm decide: {args.rows}: {exc.strerror}") from None
-        rows = []
-        for n, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SystemExit(f"trm decide: {args.rows}:{n}: not JSON: {exc.msg}") from None
+        rows = _jsonl(args.rows, "decide")
+        for row in rows:
             if isinstance(row, dict) and not isinstance(row.get("state"), str | None):
                 row["state"] = json.dumps(row["state"])  # a JSON state is sent as its text
-            rows.append(row)
         return rows
     if args.state is None or args.tools is None:
         raise SystemExit("trm decide: give --state and --tools, or --rows FILE.jsonl")
@@ -300,19 +305,7 @@ def _outcome_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.file is not None:
         if args.decision is not None:
             raise SystemExit("trm outcomes: --file or --decision, not both")
-        try:
-            lines = args.file.read_text().splitlines()
-        except OSError as exc:
-            raise SystemExit(f"trm outcomes: {args.file}: {exc.strerror}") from None
-        rows = []
-        for n, line in enumerate(lines, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    where = f"{args.file}:{n}"
-                    raise SystemExit(f"trm outcomes: {where}: not JSON: {exc.msg}") from None
-        return rows
+        return _jsonl(args.file, "outcomes")
     if args.decision is None or args.success is None:
         raise SystemExit("trm outcomes: give --decision ID and --success/--no-success, or --file")
     row: dict[str, Any] = {"decision_id": args.decision, "success": args.success}

@@ -4,6 +4,7 @@ list, decide through the API, promote again, roll back; bad input and unfinished
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -51,13 +52,13 @@ class Trained:
         return self.http.post(f"/controllers/{name}/decide", json={"rows": rows, **extra})
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def trained(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, route_corpus: Path
-) -> Iterator[Trained]:
-    """One service per database with the decision process, and a trm and a gbdt trained."""
-    root = tmp_path_factory.mktemp(f"controllers-{request.param}")
-    scratch = Scratch(root, create_database(request.param, root))
+@contextlib.contextmanager
+def trained_service(
+    database: str, root: Path, route_corpus: Path
+) -> Iterator[tuple[Service, dict[str, str]]]:
+    """A service on `database` with the decision process, and a trm and a gbdt trained on the
+    route corpus (their run ids by trainer); everything stopped and dropped after."""
+    scratch = Scratch(root, create_database(database, root))
     settings = scratch.migrate()
     svc = Service({**scratch.env, **QUICK}, root / "logs")
     try:
@@ -68,10 +69,20 @@ def trained(
         for run_id in runs.values():
             done = svc.wait_status(run_id, "completed", "failed", timeout=120)
             assert done["status"] == "completed", done.get("failure_reason")
-        yield Trained(svc, runs["trm"], runs["gbdt"])
+        yield svc, runs
     finally:
         svc.stop()
         scratch.drop()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def trained(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, route_corpus: Path
+) -> Iterator[Trained]:
+    """One service per database with the decision process, and a trm and a gbdt trained."""
+    root = tmp_path_factory.mktemp(f"controllers-{request.param}")
+    with trained_service(request.param, root, route_corpus) as (svc, runs):
+        yield Trained(svc, runs["trm"], runs["gbdt"])
 
 
 def test_promote_decide_promote_again_and_roll_back(trained: Trained) -> None:

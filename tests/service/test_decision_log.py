@@ -5,9 +5,6 @@ and a shadow version scores beside the live one without changing its answers."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,9 +14,9 @@ import httpx
 import pytest
 
 from core.rundir import CORPUS, CRITIC_ROWS, MANIFEST
-from tests.conftest import QUICK, ROOT, Service
-from tests.service.test_controllers import Trained, train
-from tests.stack import Scratch, create_database
+from tests.conftest import Service
+from tests.service.test_cli import trm as run_cli
+from tests.service.test_controllers import Trained, trained_service
 
 
 class Loop(Trained):
@@ -46,23 +43,10 @@ def loop(
     """One service per database with the decision process, and a trm and a gbdt trained on the
     same corpus."""
     root = tmp_path_factory.mktemp(f"decisions-{request.param}")
-    scratch = Scratch(root, create_database(request.param, root))
-    settings = scratch.migrate()
-    svc = Service({**scratch.env, **QUICK}, root / "logs")
-    try:
-        svc.start_decider()
-        svc.start_api()
-        svc.start_worker()
-        runs = {t: train(svc, settings, route_corpus, t) for t in ("trm", "gbdt")}
-        for run_id in runs.values():
-            done = svc.wait_status(run_id, "completed", "failed", timeout=120)
-            assert done["status"] == "completed", done.get("failure_reason")
+    with trained_service(request.param, root, route_corpus) as (svc, runs):
         lines = (route_corpus / "val.jsonl").read_text().splitlines()
         rows = [{"state": r["state"], "tools": r["tools"]} for r in map(json.loads, lines)]
         yield Loop(svc, runs["trm"], runs["gbdt"], rows[:60])
-    finally:
-        svc.stop()
-        scratch.drop()
 
 
 def test_decisions_are_logged_only_when_the_controller_opts_in(loop: Loop) -> None:
@@ -221,11 +205,8 @@ def test_bad_outcomes_shadows_and_sources_are_refused_by_name(loop: Loop) -> Non
 def test_the_cli_reports_outcomes_lists_decisions_and_sets_a_shadow(
     loop: Loop, tmp_path: Path
 ) -> None:
-    env = {**os.environ, **loop.svc.env, "TRM_URL": loop.svc.url}
-
     def trm(*args: str) -> str:
-        proc = subprocess.run([sys.executable, "-m", "app.cli", *args], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        proc = run_cli(loop.svc, *args, timeout=60)
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
 
