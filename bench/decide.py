@@ -8,10 +8,11 @@ for a trm and a gbdt, one row per call and 64 rows per call, on routerBench rows
 Same process, same rows, same models; per trainer and batch size:
 - decide: `Controller.decide(rows)`: the rows checked, encoded (worker/features through the
   feature space), the forward, the probabilities and margins;
-- forward: the model alone on the same rows encoded before the clock starts (trm:
-  `TinyRecursiveModel.infer` on the padded batch; gbdt: `Booster.predict` on the raw matrix);
-- encode: the encoding alone (trm: `Encoded` and its batch tensors; gbdt: the raw matrix), to
-  show where decide's time beyond the forward goes.
+- forward: the model alone on the same rows encoded before the clock starts, by the forward the
+  controller runs for that many rows (trm: the numpy forward on the padded batch up to
+  NUMPY_ROWS, `TinyRecursiveModel.infer` above; gbdt: `Booster.predict` on the raw matrix);
+- encode: the encoding alone (trm: the scaled matrices padded, or `Encoded` and its batch
+  tensors for torch; gbdt: the raw matrix), to show where decide's time beyond the forward goes.
 - http: over a real `trm decide-server` on loopback (its own process, a SQLite registry with the
   two models promoted as `bench-trm` and `bench-gbdt`), one row per request, from 1 and from 50
   clients at once (asyncio, one connection each) for `--http-seconds` each: requests/s and
