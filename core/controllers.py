@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -78,25 +77,6 @@ class PromoteIn(_Body):
 
 class RollbackIn(_Body):
     version: int = Field(ge=1, le=2**31 - 1)
-
-
-class SettingsIn(_Body):
-    """`PATCH /controllers/{name}`."""
-
-    log_decisions: bool
-
-
-class ShadowIn(_Body):
-    """`POST /controllers/{name}/shadow`: the version to run beside the live one; null clears."""
-
-    version: int | None = Field(ge=1, le=2**31 - 1)
-
-
-class PromoteShadowIn(_Body):
-    """`POST /controllers/{name}/promote-shadow`: the bound the shadow's record must meet."""
-
-    min_decisions: int = Field(default=100, ge=1, le=2**31 - 1)
-    min_agreement: float = Field(default=0.9, ge=0.0, le=1.0)
 
 
 class DecideRowIn(_Body):
@@ -359,7 +339,7 @@ def promote(engine: sa.Engine, settings: Settings, req: PromoteIn, promoted_by: 
                 live = session.get(Controller, req.name)
                 if live is None:
                     live = Controller(name=req.name, live_version=row.version)
-                _move(live, row.version)
+                make_live(live, row.version)
                 if req.log_decisions is not None:
                     live.log_decisions = req.log_decisions
                 session.add(live)
@@ -384,14 +364,14 @@ def _versions(session: Session, name: str) -> list[ControllerVersion]:
     )
 
 
-def _unknown(name: str) -> ApiError:
+def unknown(name: str) -> ApiError:
     return ApiError(404, "not_found", f"no controller {name!r}: promote a run under that name")
 
 
 def show(session: Session, name: str) -> ControllerOut:
     live = session.get(Controller, name)
     if live is None:
-        raise _unknown(name)
+        raise unknown(name)
     versions = [VersionOut.of(v, live.live_version) for v in _versions(session, name)]
     current = next(v for v in versions if v.live)
     shadow = live.shadow_version
@@ -442,7 +422,7 @@ def resolve(session: Session, name: str, version: int | None) -> ControllerVersi
     if version is None:
         live = session.get(Controller, name)
         if live is None:
-            raise _unknown(name)
+            raise unknown(name)
         version = live.live_version
     return get_version(session, name, version)
 
@@ -452,98 +432,26 @@ def rollback(engine: sa.Engine, name: str, version: int) -> ControllerOut:
     with one_writer(engine), session_scope(engine) as session:
         live = session.get(Controller, name)
         if live is None:
-            raise _unknown(name)
+            raise unknown(name)
         get_version(session, name, version)
-        _move(live, version)
+        make_live(live, version)
         session.add(live)
         session.flush()
         return show(session, name)
 
 
-def _move(live: Controller, version: int) -> None:
+def make_live(live: Controller, version: int) -> None:
     """Make `version` live; a shadow that becomes the live version stops shadowing."""
     live.live_version, live.updated_at = version, utcnow()
     if live.shadow_version == version:
         live.shadow_version = None
 
 
-def _controller(session: Session, name: str) -> Controller:
+def controller_row(session: Session, name: str) -> Controller:
     live = session.get(Controller, name)
     if live is None:
-        raise _unknown(name)
+        raise unknown(name)
     return live
-
-
-def set_logging(engine: sa.Engine, name: str, body: SettingsIn) -> ControllerOut:
-    with one_writer(engine), session_scope(engine) as session:
-        live = _controller(session, name)
-        live.log_decisions, live.updated_at = body.log_decisions, utcnow()
-        session.add(live)
-        session.flush()
-        return show(session, name)
-
-
-def set_shadow(engine: sa.Engine, name: str, version: int | None) -> ControllerOut:
-    """Run `version` beside the live one on every call for `name` (None: stop)."""
-    with one_writer(engine), session_scope(engine) as session:
-        live = _controller(session, name)
-        if version is not None:
-            get_version(session, name, version)
-            if version == live.live_version:
-                message = f"version {version} is the live version: shadow another one"
-                raise ApiError(422, "validation_error", f"version: {message}",
-                               [{"field": "version", "message": message}])  # fmt: skip
-        live.shadow_version, live.updated_at = version, utcnow()
-        session.add(live)
-        session.flush()
-        return show(session, name)
-
-
-def promote_shadow(engine: sa.Engine, name: str, bound: PromoteShadowIn) -> ControllerOut:
-    """Make the shadow version live, only when it has shadowed at least `min_decisions` rows
-    and chose the live answer on at least `min_agreement` of them; a 409 naming the figures
-    otherwise."""
-    with one_writer(engine), session_scope(engine) as session:
-        live = _controller(session, name)
-        if live.shadow_version is None:
-            raise ApiError(409, "no_shadow", f"{name!r} has no shadow version: set one first")
-        report = shadow_report(session, name, live.shadow_version)
-        rate = report.agreement_rate or 0.0
-        if report.decisions < bound.min_decisions or rate < bound.min_agreement:
-            message = (
-                f"shadow version {report.version} agreed on {report.agreed} of "
-                f"{report.decisions} decisions ({rate:.3f}); the bound is at least "
-                f"{bound.min_decisions} decisions and {bound.min_agreement:g} agreement"
-            )
-            raise ApiError(409, "shadow_short", message,
-                           {"shadow": report.model_dump(mode="json"),
-                            "min_decisions": bound.min_decisions,
-                            "min_agreement": bound.min_agreement})  # fmt: skip
-        _move(live, live.shadow_version)
-        session.add(live)
-        session.flush()
-        return show(session, name)
-
-
-@dataclass(frozen=True)
-class Routing:
-    """What answers one decide call: the deciding version, whether its rows are logged, and the
-    version that scores beside it (only beside the live version, never a pinned one)."""
-
-    version: ControllerVersion
-    log: bool
-    shadow: ControllerVersion | None
-
-
-def route(session: Session, name: str, version: int | None) -> Routing:
-    live = session.get(Controller, name)
-    if live is None:
-        raise _unknown(name)
-    row = get_version(session, name, live.live_version if version is None else version)
-    shadow = None
-    if live.shadow_version is not None and row.version == live.live_version:
-        shadow = get_version(session, name, live.shadow_version)
-    return Routing(row, live.log_decisions or shadow is not None, shadow)
 
 
 def live_versions(session: Session) -> dict[str, int]:

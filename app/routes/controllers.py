@@ -15,21 +15,20 @@ from sqlmodel import Session
 
 from app.deps import AppState, caller, session, state
 from core import controllers as ops
+from core import routing
 from core.controllers import (
     ControllerList,
     ControllerOut,
     DecideBody,
     DecideOut,
     PromoteIn,
-    PromoteShadowIn,
     RollbackIn,
-    SettingsIn,
-    ShadowIn,
     VersionOut,
 )
 from core.decisions import MAX_PAGE, DecisionPage, OutcomesIn, OutcomesOut, report_outcomes
 from core.decisions import list_decisions as list_logged
 from core.errors import ApiError
+from core.routing import PromoteShadowIn, SettingsIn, ShadowIn
 from core.schemas.runs import ErrorOut
 from core.schemas.strings import string_problem
 
@@ -84,14 +83,14 @@ def change_controller(
     name: str, body: SettingsIn, app: Annotated[AppState, Depends(state)]
 ) -> ControllerOut:
     """Turn the decision log on or off (`log_decisions`)."""
-    return ops.set_logging(app.engine, ops.check_name(name), body)
+    return routing.set_logging(app.engine, ops.check_name(name), body)
 
 
 @router.post("/controllers/{name}/shadow", response_model=ControllerOut)
 def shadow(name: str, body: ShadowIn, app: Annotated[AppState, Depends(state)]) -> ControllerOut:
     """Run a candidate version beside the live one on every call (it never changes the answer;
     its agreement is in `shadow`); `{"version": null}` stops it."""
-    return ops.set_shadow(app.engine, ops.check_name(name), body.version)
+    return routing.set_shadow(app.engine, ops.check_name(name), body.version)
 
 
 @router.post(
@@ -104,7 +103,7 @@ def promote_shadow(
 ) -> ControllerOut:
     """Make the shadow version live when it has shadowed `min_decisions` rows and agreed with
     the live answer on `min_agreement` of them; a 409 naming its figures otherwise."""
-    return ops.promote_shadow(app.engine, ops.check_name(name), body)
+    return routing.promote_shadow(app.engine, ops.check_name(name), body)
 
 
 @router.post("/controllers/{name}/outcomes", response_model=OutcomesOut)

@@ -27,8 +27,7 @@ from core.models import Controller, DecisionRecord
 from core.schemas.corpus import DecisionLogSource
 from core.settings import get_settings
 from worker.corpus.errors import CorpusInputError
-from worker.corpus.rows import Invalid, Row, Tally, env_family
-from worker.corpus.sources import _state_text
+from worker.corpus.rows import Invalid, Row, Tally, env_family, state_text
 
 LABEL = "decisions"  # the "file" the manifest's first_lines name: the decision log
 
@@ -69,7 +68,7 @@ def _row(source: DecisionLogSource, record: DecisionRecord) -> Row:
         raise Invalid("failed_outcome")
     if record.action is None or record.action not in record.tools:
         raise Invalid("missing_action")
-    state, state_obj = _state_text(record.state)
+    state, state_obj = state_text(record.state)
     where = f"{record.name}@v{record.version}"
     meta: dict[str, Any] = {
         "source_name": source.name, "source_type": source.type, "env": where, "run": where,

@@ -16,6 +16,7 @@ to its first `-`, `_`, `:`, `/` or `.` (`grid-w3` -> `grid`).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,28 @@ class Row:
     answer: dict[str, Any] | None = None
     # The world's own shared tag per action id (`use-trm` -> `route:TRM_ONLY`), when it says.
     tags: dict[str, str] = field(default_factory=dict)
+
+
+compact_json = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode
+
+
+def state_text(state: Any) -> tuple[str, Any]:
+    """(compact JSON text, object) of a state; raises Invalid for an empty one (None too)."""
+    if isinstance(state, str):
+        text = state.strip()
+        if text[:1] in ("{", "["):
+            # JSON text is made compact and key-sorted, so equal states dedupe as equal.
+            try:
+                state = json.loads(text)
+            except ValueError:
+                return text, None
+        elif not text or text == "null":
+            raise Invalid("missing_state")
+        else:
+            return text, None
+    if state is None or state == {} or state == []:
+        raise Invalid("missing_state")
+    return compact_json(state), state
 
 
 def _as_dict(value: Any) -> dict[str, Any]:

@@ -61,13 +61,20 @@ from core.schemas.corpus import (
 from worker.corpus.errors import CorpusInputError
 from worker.corpus.lines import json_lines
 from worker.corpus.published import READERS
-from worker.corpus.rows import Invalid, Row, Tally, classify, family_of
+from worker.corpus.rows import (
+    Invalid,
+    Row,
+    Tally,
+    classify,
+    family_of,
+    state_text,
+)
+from worker.corpus.rows import compact_json as compact_json  # knobs and rollouts read it here
 
 PLAY_GLOB = "worlds/*/trm_traces.jsonl"
 _PICK = re.compile(r"\s*PICK\s+(-?\d+)\s*$", re.IGNORECASE)
 _TOOL_ID_KEYS = ("opt_id", "action", "id", "name", "tool")
 _MISSING = object()
-compact_json = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode
 
 Progress = Callable[[int], None]
 
@@ -186,21 +193,7 @@ def _action(value: Any, tools: list[str]) -> str:
 
 def _state_text(state: Any) -> tuple[str, Any]:
     """(compact JSON text, object) of a state; raises Invalid for an empty one."""
-    if isinstance(state, str):
-        text = state.strip()
-        if text[:1] in ("{", "["):
-            # JSON text is made compact and key-sorted, so equal states dedupe as equal.
-            try:
-                state = json.loads(text)
-            except ValueError:
-                return text, None
-        elif not text or text == "null":
-            raise Invalid("missing_state")
-        else:
-            return text, None
-    if state is None or state is _MISSING or state == {} or state == []:
-        raise Invalid("missing_state")
-    return compact_json(state), state
+    return state_text(None if state is _MISSING else state)
 
 
 Lines = Iterator[tuple[Path, str, int, dict[str, Any]]]

@@ -49,16 +49,15 @@ from core.controllers import (
     DecideIn,
     DecideOut,
     DecisionOut,
-    Routing,
     live_versions,
     parse_ref,
     resolve,
-    route,
 )
 from core.db import check_migrated, get_engine
 from core.decisions import PRUNE_S, prune, record
 from core.errors import ApiError, error_body, validation_error
 from core.models import ControllerVersion, DecisionRecord, new_id
+from core.routing import Routing, route
 from core.settings import Settings, get_settings
 from worker.decide.controller import Controller, DecideRow, Decision, RowError, load_controller
 
