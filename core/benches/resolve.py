@@ -14,6 +14,12 @@ the API answers `POST /benches/{name}?dry_run=true` with it without starting a w
 - every file read back lies inside its run's folder once symlinks are resolved;
 - an artifact path under RUNS_DIR or DATA_DIR: a folder with `model.safetensors` (trm),
   `model.txt` (gbdt) or `adapter_config.json` (a qlora adapter; `adapter/` inside is looked into).
+
+`router` alone may be `train` (routerbench's default, and what the skill's `router_model: ""`
+means): the bench run trains a trm controller first, on the bench data's train worlds (the
+anchors held out, the bench's corpus knobs), with `router_train` (else the bench's default, else
+the trm defaults), into its own `trainer/` folder, and benches that (`train` in the resolved
+router side is the train spec it runs).
 """
 
 from __future__ import annotations
@@ -35,8 +41,10 @@ from core.rundir import (
     TRAINER,
     TRM_MODEL,
 )
+from core.schemas.train import TrmTrainerConfig
 
 TRACE_FILE = "reasoning_traces.jsonl"  # worker/envs/writers.py
+TRAIN_HERE = "train"  # the router side trained inside the bench run
 # The knobs that change how a row reads: a trained side's anchors are shaped with its own.
 SHAPE_KNOBS = ("state_compression", "state_keys", "namespace_normalization", "namespace_map")
 
@@ -222,10 +230,36 @@ def data_source(entry: dict[str, Any], data_dir: Path, results_jsonl: str | None
     return {"type": "trm_play_root", "name": name, "path": str(root)}
 
 
-def resolve_bench(
-    spec: dict[str, Any], runs_dir: Path, data_dir: Path, model_cache: Path
+def trained_here(
+    entry: dict[str, Any], spec: dict[str, Any], source: dict[str, Any], run_dir: Path | None
 ) -> dict[str, Any]:
-    """The bench spec (BenchSpec as JSON) resolved: data, anchors, both sides, repeats."""
+    """The router side of `router: train`: the train spec the bench run runs first (a `train`
+    run's corpus and trm config), and the model it will leave in the run's `trainer/`."""
+    knobs = (entry.get("corpus") or {}).get("knobs") or {}
+    sizes = spec.get("router_train") or entry["defaults"].get("router_train") or {}
+    train = {
+        "kind": "train",
+        "trainer": "trm",
+        "trm": TrmTrainerConfig.model_validate(sizes).model_dump(mode="json"),
+        "corpus": {
+            "sources": [source],
+            "split": {"by": "env", "seed": 0, "anchor": entry.get("anchor_worlds") or []},
+            "knobs": knobs,
+            "contract": "action_only",
+        },
+        "seed": int(spec.get("seed") or 0),
+    }
+    path = str(run_dir / TRAINER) if run_dir is not None else f"<this run>/{TRAINER}"
+    return {"ref": TRAIN_HERE, "policy": {"type": "trm", "path": path}, "knobs": knobs,
+            "train": train}  # fmt: skip
+
+
+def resolve_bench(
+    spec: dict[str, Any], runs_dir: Path, data_dir: Path, model_cache: Path,
+    run_dir: Path | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """The bench spec (BenchSpec as JSON) resolved: data, anchors, both sides, repeats.
+    `run_dir`: the bench run's own folder, where a `router: train` side's model lies."""
     try:
         entry = load_entry(spec["bench"])
     except KeyError as exc:
@@ -234,11 +268,19 @@ def resolve_bench(
     if entry.get("external"):
         return resolve_external(entry, spec, runs_dir, data_dir, model_cache)
     trainer = spec.get("trainer") or defaults["trainer"]
+    source = data_source(entry, data_dir, spec.get("results_jsonl"))
     sides: dict[str, dict[str, Any]] = {}
     for side in ("baseline", "router"):
         ref = spec.get(side) or defaults[side]
-        sides[side] = resolve_side(ref, side, runs_dir, data_dir, trainer, model_cache)
-    source = data_source(entry, data_dir, spec.get("results_jsonl"))
+        if ref == TRAIN_HERE and side == "router":
+            sides[side] = trained_here(entry, spec, source, run_dir)
+        elif ref == TRAIN_HERE:
+            raise ResolveError(
+                "bad_input", f"{side}: {TRAIN_HERE!r} is for the router only (the baseline is "
+                "none, a run id, RUN:root|final, or an artifact path)",
+            )  # fmt: skip
+        else:
+            sides[side] = resolve_side(ref, side, runs_dir, data_dir, trainer, model_cache)
     # `none` reads rows shaped like the trained side's (its corpus knobs), else the bench's.
     knobs = (
         sides["router"].get("knobs")

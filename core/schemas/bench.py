@@ -1,8 +1,10 @@
 """The `bench` run spec (SPEC §7). Owned by the evaluation issue.
 
 `baseline` and `router` each name `none`, a train run id, `<hill-climb run id>:root|final`, or an
-artifact path under the runs or data directory (core/benches/resolve.py). Unset fields take the
-bench's `defaults` from `specs/benches/<bench>.json`.
+artifact path under the runs or data directory (core/benches/resolve.py); `router` may also be
+`train`: the bench run first trains a trm controller on the bench's own train worlds, sized by
+`router_train`, and benches that. Unset fields take the bench's `defaults` from
+`specs/benches/<bench>.json`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Literal
 from pydantic import Field
 
 from core.schemas.common import MAX_COUNT, CommonSpec, Seed
+from core.schemas.train import TrmTrainerConfig
 
 
 class BenchSpec(CommonSpec):
@@ -33,4 +36,7 @@ class BenchSpec(CommonSpec):
     # An external bench's instances per anchor set, where it rolls out (jobshop; its default:
     # the bench's `instances`).
     instances: int | None = Field(default=None, ge=1, le=1000)
+    # `router: train`: the trm config of the router trained in this run (default: the bench's
+    # `router_train`, else the trm defaults).
+    router_train: TrmTrainerConfig | None = None
     seed: Seed = 0

@@ -18,7 +18,11 @@ What changes meaning:
   kept as `results_jsonl`, and must exist;
 - `baseline` and `router` (and the published files' `baseline_model`, `router_model`) keep their
   meaning when they name a run or an artifact path; a model name is ignored (we compare
-  controllers, not hosted models), and an empty one takes the bench's default.
+  controllers, not hosted models), and an empty one takes the bench's default;
+- an empty `router_model` means what it does upstream, "train one": `router: train`, a bench run
+  that first trains a trm router on the bench's train worlds at the size of the file's first
+  mutation (`batch_size`, `epochs`, `lr`; `max_examples` has no counterpart: the router trains
+  on all the train worlds' rows), then benches it.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ COUNT_KEYS = {
     "rollouts_per_example": "repeats",
     "num_rollouts": "repeats",
     "seed": "seed",
+    "train_sample": "train_sample",
 }
 ENV_KEYS = ("envs", "environments", "env_ids", "env_list", "families", "tasks")
 MODEL_KEYS = ("model", "base_model", "model_name", "endpoint", "api_base", "sampling_args")
@@ -92,6 +97,8 @@ NOT_A_BENCH = {
     "source_jsonl",
     "router_dataset",
 }
+# A published mutation's trainer sizes: the router trained for `router_model: ""`.
+MUTATION_SIZES = {"batch_size": "batch_size", "epochs": "epochs", "lr": "lr"}
 # Our bench runs do not search: these are a hill-climb's (`kind: hillclimb`).
 SEARCH_KEYS = {
     "mutations": "each is a trainer config a search would try",
@@ -142,7 +149,13 @@ def translate_published_bench_spec(
             out["name"] = value  # the skill's run name
         elif key in ("baseline_model", "router_model"):
             side = key.removesuffix("_model")
-            if value in ("", None):
+            if value in ("", None) and side == "router":
+                out["router"] = "train"
+                reader.warnings.append(
+                    "router_model: empty: a trm router is trained in the bench run first "
+                    "(router: train), then benched (name one as `router` to bench a trained one)"
+                )
+            elif value in ("", None):
                 reader.warnings.append(
                     f"{key}: empty: the bench's default {side} (name one as `{side}`: a train "
                     "run id, `RUN:final` of a hill-climb, or an artifact path)"
@@ -166,6 +179,10 @@ def translate_published_bench_spec(
             reader.warnings.append(f"trainer_recipe: ignored ({value!r} is a label only)")
         elif key == "scorecard_relpath":
             reader.warnings.append("scorecard_relpath: ignored (the bench writes its report)")
+        elif key == "mutations" and data.get("router_model") in ("", None):
+            sizes = _mutation_sizes(value, reader)
+            if sizes:
+                out["router_train"] = sizes
         elif key in SEARCH_KEYS:
             reader.warnings.append(
                 f"{key}: ignored ({SEARCH_KEYS[key]}; a bench run does not search: a search "
@@ -174,6 +191,24 @@ def translate_published_bench_spec(
         else:
             _bench_key(key, value, out, reader, bench)
     return out, reader.warnings, reader.errors
+
+
+def _mutation_sizes(raw: Any, reader: Reader) -> dict[str, Any]:
+    """The trm sizes of the router trained for `router_model: ""`: the first mutation's."""
+    if not isinstance(raw, list) or not raw or not isinstance(raw[0], dict):
+        reader.warnings.append("mutations: ignored (expected a list of {name, batch_size, ...})")
+        return {}
+    first = raw[0]
+    sizes = {MUTATION_SIZES[k]: v for k, v in first.items() if k in MUTATION_SIZES}
+    others = sorted(k for k in first if k not in MUTATION_SIZES and k != "name")
+    reader.warnings.append(
+        f"mutations: the router trained here takes {json.dumps(sizes)} from "
+        f"{first.get('name') or 'the first mutation'}"
+        + (f"; {', '.join(others)} ignored (no counterpart)" if others else "")
+        + (f"; {len(raw) - 1} more mutation(s) ignored (a search over them is a hillclimb run)"
+           if len(raw) > 1 else "")
+    )  # fmt: skip
+    return sizes
 
 
 def bench_named(data: Any) -> str | None:

@@ -34,5 +34,5 @@ def test_dry_run_bench_returns_the_resolved_config_and_plans_its_stages(
     service.start_worker()
     done = service.wait_status(run["id"], "completed", "failed", timeout=120)
     assert done["status"] == "completed", done
-    assert [s["status"] for s in done["stages"]] == ["planned", "planned"]
+    assert [s["status"] for s in done["stages"]] == ["planned", "planned", "planned"]
     assert (settings.runs_dir / run["id"] / "bench.resolved.json").is_file()

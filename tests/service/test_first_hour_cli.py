@@ -218,8 +218,9 @@ def test_what_a_run_would_miss_is_a_422_at_submit(service: Service, settings: Se
         assert error["details"][0]["field"] == field, error
         return str(error["message"])
 
-    # The README's one line, with no router: not the untrained model against itself.
-    message = refused(service.http.post("/benches/routerbench"), "router")
+    # A bench whose default router is `none`, with no router: not the untrained model against
+    # itself (routerbench's default trains one).
+    message = refused(service.http.post("/benches/primehub-envs"), "router")
     assert '{"router": "<train run id>"}' in message
     unknown = "01J00000000000000000000000"
     message = refused(service.http.post("/benches/routerbench", json={"router": unknown}), "router")

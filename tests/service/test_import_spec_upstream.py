@@ -222,9 +222,14 @@ def test_published_bench_specs_become_our_bench_of_the_same_name(
     assert out.returncode == 0, out.stderr
     spec = json.loads(out.stdout)
     RUN_SPEC.validate_python(spec)
-    assert spec == {"kind": "bench", "bench": bench, "name": bench_spec(kind)["run_id"]}
+    # `router_model: ""`: a router trained in the bench run, at the first mutation's size.
+    assert spec == {
+        "kind": "bench", "bench": bench, "name": bench_spec(kind)["run_id"], "router": "train",
+        "router_train": {"batch_size": 4, "epochs": 1, "lr": 0.0002},
+    }  # fmt: skip
     assert f"our {bench} bench over our data" in out.stderr
-    for key in ("mutations", "generalization_ladder", "plateau_patience", "max_generalization_gap"):
+    assert "mutations: the router trained here takes" in out.stderr
+    for key in ("generalization_ladder", "plateau_patience", "max_generalization_gap"):
         assert f"{key}: ignored" in out.stderr and "a bench run does not search" in out.stderr
     for key in ("data_source", "anchor_set", "trainer_recipe", "scorecard_relpath"):
         assert f"warning: {src}: {key}: " in out.stderr, key
@@ -259,15 +264,11 @@ def test_post_runs_format_skill_takes_the_published_files_and_the_bench_dry_runs
 
     benches = [("routerbench", "routerbench"), ("envs", "primehub-envs")]
     for kind, bench in [*benches, ("baseline", "primehub-baseline")]:
-        # As published (`router_model: ""`): no corpus error; at most the submit check's
-        # "name a router" (a bench of an untrained model against itself is refused).
+        # As published (`router_model: ""`): no corpus error; a router trained in the run.
         bare = service.http.post("/runs", params={"format": "skill"}, json=bench_spec(kind))
-        assert "corpus" not in bare.text, bare.text
-        if bare.status_code == 422:
-            assert bare.json()["error"]["details"][0]["field"] == "router", bare.text
-        else:
-            assert bare.status_code == 202, bare.text
-            queued_ids.append(bare.json()["id"])
+        assert bare.status_code == 202, bare.text
+        assert bare.json()["translated_spec"]["router"] == "train"
+        queued_ids.append(bare.json()["id"])
         raw = {**bench_spec(kind), "router_model": body["id"]}  # the train run above
         queued = service.http.post("/runs", params={"format": "skill"}, json=raw)
         assert queued.status_code == 202, queued.text
@@ -276,7 +277,7 @@ def test_post_runs_format_skill_takes_the_published_files_and_the_bench_dry_runs
         assert run["translated_spec"]["router"] == body["id"]
         assert any(w.endswith(f"our {bench} bench over our data") or f"our {bench} bench" in w
                    for w in run["warnings"])  # fmt: skip
-        assert any("mutations: ignored" in w for w in run["warnings"])
+        assert any("mutations: ignored" in w for w in run["warnings"])  # the router is named
         queued_ids.append(run["id"])
     for run_id in queued_ids:  # real runs: not this test's business to train and bench them
         assert service.http.post(f"/runs/{run_id}/cancel").status_code == 202

@@ -1,5 +1,8 @@
 """The `bench` kind (SPEC §3.2, §7): `resolve` (inline) writes `bench.resolved.json` (a record;
-`evaluate` resolves again rather than read it back); `evaluate`
+`evaluate` resolves again rather than read it back); `train_router` (child process), for
+`router: train` only, runs the `train` kind's corpus, config and trainer stages into this run's
+`corpus/` and `trainer/` (the router benched is the one trained here, on the bench's train
+worlds); `evaluate`
 (child process) scores `baseline` and `router` on the same anchors `repeats` times and writes
 `scorecard.json` (both sides, and the delta router − baseline with its paired interval) and
 `samples.jsonl` (one row per anchor example, side and repeat). `plan` is the dry-run planner.
@@ -29,6 +32,7 @@ from core.rundir import (
     write_json_atomic,
 )
 from core.schemas.corpus import CorpusSpec
+from core.schemas.train import TrainSpec
 from worker.context import StageContext, StageFailure
 from worker.corpus import build_corpus
 from worker.evaluate import scorecard as sc
@@ -37,6 +41,7 @@ from worker.evaluate.policies import load_policy
 from worker.evaluate.references import mcnemar, references
 from worker.evaluate.references import summary as references_summary
 from worker.evaluate.samples import read_jsonl, run_sample_cache, write_samples
+from worker.kinds import train as train_kind
 from worker.kinds.base import Kind, StageDef
 from worker.models.rows import read_rows
 
@@ -49,7 +54,9 @@ def bench_name(spec: dict[str, Any]) -> str | None:
 def _resolve(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     settings = ctx.settings
     try:
-        resolved = resolve_bench(spec, settings.runs_dir, settings.data_dir, settings.model_cache)
+        resolved = resolve_bench(
+            spec, settings.runs_dir, settings.data_dir, settings.model_cache, ctx.run_dir
+        )
     except ResolveError as exc:
         raise StageFailure(exc.failure_class, exc.reason) from None
     if resolved.get("external"):
@@ -91,21 +98,47 @@ def resolve(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def train_router(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
+    """`router: train`: the train kind's stages, in this run, on the resolved train spec."""
+    router = _resolve(ctx, spec)["router"]
+    if router.get("train") is None:
+        return {"trained": False, "router": router["ref"]}
+    train = TrainSpec.model_validate(router["train"]).model_dump(mode="json")
+    train_kind.prepare_corpus(ctx, train)
+    train_kind.prepare_config(ctx, train)
+    result = train_kind.launch_trainer(ctx, train)
+    ctx.note(f"trained the router benched here: {trained_text(router['train'])}")
+    return {"trained": True, "router": router["policy"]["path"], "result": result}
+
+
+def trained_text(train: dict[str, Any]) -> str:
+    trm = train["trm"]
+    return (
+        f"trm epochs={trm['epochs']} batch_size={trm['batch_size']} lr={trm['lr']} "
+        f"hidden={trm['hidden']} on the train worlds of {train['corpus']['sources'][0]['path']}"
+    )
+
+
 def plan(ctx: StageContext, spec: dict[str, Any]) -> dict[str, str]:
-    """Dry run: resolve and validate, write bench.resolved.json, score nothing."""
+    """Dry run: resolve and validate, write bench.resolved.json, train and score nothing."""
     resolved = _resolve(ctx, spec)
     write_json_atomic(ctx.run_dir / BENCH_RESOLVED, resolved)
     if resolved.get("external"):
         return {
             "resolve": f"resolved config written to {BENCH_RESOLVED}",
+            "train_router": "nothing to train: the router is named",
             "evaluate": f"would score {resolved['router']['ref']} beside the "
             f"{resolved['external']} baselines on the anchors of {data_of(resolved)}",
         }
+    train = resolved["router"].get("train")
     return {
         "resolve": f"resolved config written to {BENCH_RESOLVED}",
+        "train_router": f"would train the router: {trained_text(train)}"
+        if train
+        else "nothing to train: the router is named",
         "evaluate": f"would score {resolved['baseline']['ref']} against "
         f"{resolved['router']['ref']} on the {resolved['bench']} anchors "
-        f"x{resolved['repeats']}",
+        f"x{resolved['repeats']}, beside the majority and gbdt references",
     }
 
 
@@ -272,6 +305,7 @@ def _combine(
 
 STAGES = (
     StageDef("resolve", resolve),
+    StageDef("train_router", train_router, in_child=True, weight=8),
     StageDef("evaluate", evaluate, in_child=True, weight=8),
 )
 KIND = Kind("bench", STAGES, plan, data_source=bench_name)

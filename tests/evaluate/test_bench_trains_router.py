@@ -1,0 +1,82 @@
+"""routerBench with no router named trains one: the skill's published `routerbench-spec.json`
+(`router_model: ""`) through `POST /runs?format=skill`, `POST /benches/routerbench?dry_run=true`
+and `trm bench routerbench` without `--router`, over the real API and worker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from core.settings import Settings
+from tests.conftest import ROOT, Service
+from tests.service.test_import_spec_upstream import bench_spec
+
+SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+# The published file's one mutation: the size of the router it trains.
+MUTATION = {"batch_size": 4, "epochs": 1, "lr": 0.0002}
+# Scored on fewer rollouts and train rows than the bench's defaults, to stay quick.
+QUICK = {"num_examples": 2, "train_sample": 50}
+
+
+@SQLITE_ONLY
+def test_published_routerbench_spec_trains_a_router_and_scores_it_beside_the_references(
+    service: Service, settings: Settings
+) -> None:
+    published = {**bench_spec("routerbench"), **QUICK}
+    queued = service.http.post("/runs", params={"format": "skill"}, json=published)
+    assert queued.status_code == 202, queued.text
+    run = queued.json()
+    assert run["translated_spec"]["router"] == "train"
+    assert run["translated_spec"]["router_train"] == MUTATION
+    assert any("max_examples ignored" in w for w in run["warnings"]), run["warnings"]
+    service.start_worker()
+    done = service.wait_status(run["id"], "completed", "failed", timeout=150)
+    assert done["status"] == "completed", done.get("failure_reason")
+    assert [s["name"] for s in done["stages"]] == ["resolve", "train_router", "evaluate"]
+
+    card = service.http.get(f"/runs/{run['id']}/artifacts/scorecard.json").json()
+    assert card["router"]["ref"] == "train" and card["baseline"]["ref"] == "none"
+    assert card["router"]["model"] != card["baseline"]["model"]  # the trained one, not `none`
+    assert set(card["references"]) == {"majority", "gbdt"}
+    for side in ("router", "baseline"):
+        assert card[side]["scores"]["anchor_score"]["n"] > 0
+    config = json.loads(
+        (settings.runs_dir / run["id"] / "trainer_config.resolved.json").read_text()
+    )
+    assert config["trainer"] == "trm"
+    assert {k: config["config"][k] for k in MUTATION} == MUTATION
+    assert (settings.runs_dir / run["id"] / "trainer" / "model.safetensors").is_file()
+
+
+@SQLITE_ONLY
+def test_bench_without_a_router_plans_training_one_on_the_api_and_the_cli(
+    service: Service,
+) -> None:
+    response = service.http.post("/benches/routerbench", params={"dry_run": "true"})
+    assert response.status_code == 202, response.text
+    router = response.json()["resolved"]["router"]
+    assert router["ref"] == "train" and router["train"]["trainer"] == "trm"
+    assert router["train"]["corpus"]["split"]["anchor"] == ["route-s1000-w8", "route-s1000-w9"]
+
+    cli = subprocess.run(
+        [sys.executable, "-m", "app.cli", "bench", "routerbench", "--dry-run", "--url",
+         service.url],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout)["router"] == router
+
+    skill_dry = service.http.post(
+        "/runs", params={"format": "skill"}, json={**bench_spec("routerbench"), "dry_run": True}
+    )
+    assert skill_dry.status_code == 202, skill_dry.text
+    service.start_worker()
+    for run_id in (response.json()["id"], skill_dry.json()["id"]):
+        done = service.wait_status(run_id, "completed", "failed", timeout=60)
+        assert done["status"] == "completed", done.get("failure_reason")
+        stages = {s["name"]: s for s in done["stages"]}
+        assert [s["status"] for s in stages.values()] == ["planned"] * 3
+        assert "would train the router: trm" in json.dumps(stages["train_router"])
