@@ -22,8 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--router",
-        help="what is benched: none, a train run id, RUN:root|final, or an artifact path "
-        "(default: none; a bench of none against the none baseline is refused: say which)",
+        help="what is benched: train (train a trm router in the bench run first), none, a train "
+        "run id, RUN:root|final, or an artifact path (default: the bench's; routerbench: train; "
+        "primehub-*: none, and none against the none baseline is refused: say which)",
     )
     p.add_argument(
         "--baseline",

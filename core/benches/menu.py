@@ -5,6 +5,8 @@ anchor_worlds, format`: worker/envs/benchdata.py generates the data from them) a
 keys:
     "defaults": {"baseline": "none", "router": "none", "repeats": 1, "trainer": "trm",
                  "episodes": 20, "train_sample": 1000}
+              (routerbench's `router` is `train`: a trm router trained in the bench run, sized by
+              the spec's `router_train`, else a `router_train` here, else the trm defaults)
     "corpus": {"source": "trm_play_root"|"reasoning_trace", "knobs": {...}}  (how the anchors
               and the `none` baseline's vocabulary are built from the bench data)
     "results_jsonl": null  (primehub-*: a local JSONL export of a verifiers environment's
