@@ -12,8 +12,13 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlmodel import Session
 
+from core.db import make_engine
+from core.decisions import list_decisions, prune, record
+from core.models import DecisionRecord, new_id
 from core.rundir import CORPUS, CRITIC_ROWS, MANIFEST
+from core.settings import Settings
 from tests.conftest import Service
 from tests.service.test_cli import trm as run_cli
 from tests.service.test_controllers import Trained, trained_service
@@ -224,3 +229,22 @@ def test_the_cli_reports_outcomes_lists_decisions_and_sets_a_shadow(
     trm("rollback", "cli-loop", "1")
     assert "shadow v2: agreed on 0 of 0" in trm("shadow", "cli-loop", "2")
     assert "no shadow version" in trm("shadow", "cli-loop", "--clear")
+
+
+def test_the_log_keeps_the_newest_rows_of_each_controller(migrated: Settings) -> None:
+    """TRM_DECISION_LOG_KEEP: what the decision process trims the log to every PRUNE_S."""
+    engine = make_engine(migrated.database_url)
+    kept = {}
+    for name in ("a", "b"):
+        rows = [DecisionRecord(id=new_id(), name=name, version=1, state="s", tools=["x", "y"],
+                               action="x", scores=[0.6, 0.4], margin=0.2, abstain=False)
+                for _ in range(5)]  # fmt: skip
+        rows.sort(key=lambda r: r.id)
+        record(engine, rows)
+        kept[name] = [r.id for r in rows[-2:]][::-1]
+    assert prune(engine, keep=2) == 6
+    with Session(engine) as db:
+        for name, newest in kept.items():
+            assert [d.id for d in list_decisions(db, name, 10, None, None).decisions] == newest
+    assert prune(engine, keep=2) == 0
+    engine.dispose()
