@@ -14,6 +14,7 @@ from typing import Any
 from sqlmodel import Session, col, select
 
 from core.benches.menu import bench_names, external_data, load_entry
+from core.benches.resolve import TRAIN_HERE
 from core.db import get_engine
 from core.errors import ApiError
 from core.models import Controller, Run
@@ -66,6 +67,10 @@ def check_bench(resolved: dict[str, Any], settings: Settings, dry_run: bool) -> 
         return  # the bench name's own 404/422 says it
     if entry.get("external"):  # its data first: without it nothing else matters
         check_external(entry, resolved, settings.data_dir)
+    if resolved.get("baseline") == TRAIN_HERE:
+        raise _refuse(
+            "baseline", f"{TRAIN_HERE!r} is for the router only (a router trained in the run)"
+        )
     if resolved.get("instances") and "instances" not in entry["defaults"]:
         raise _refuse("instances", f"bench {entry['name']} has no instances to choose")
     sides = {side: _run_id(resolved.get(side)) for side in ("router", "baseline")}
@@ -95,7 +100,7 @@ def check_external(entry: dict[str, Any], resolved: dict[str, Any], data_dir: Pa
         path = confine(data, "data", data_dir)
         if not path.is_dir():
             raise _refuse("data", f"bench {name}: no data at {path}; {entry.get('install')}")
-    if (resolved.get("router") or defaults.get("router")) == "none":
+    if (resolved.get("router") or defaults.get("router")) in ("none", TRAIN_HERE):
         raise _refuse(
             "router",
             f'bench {name} scores a trained router; pass {{"router": "<train run id>"}} '

@@ -329,7 +329,7 @@ def resolve_external(
     if spec.get("instances") and "instances" not in defaults:
         raise ResolveError("bad_input", f"instances: bench {name} has no instances to choose")
     router = spec.get("router") or defaults["router"]
-    if router == "none":
+    if router in ("none", TRAIN_HERE):
         raise ResolveError(
             "bad_input",
             f"router: bench {name} scores a trained router; name one (a completed train run id, "

@@ -61,6 +61,10 @@ def test_bench_without_a_router_plans_training_one_on_the_api_and_the_cli(
     assert router["ref"] == "train" and router["train"]["trainer"] == "trm"
     assert router["train"]["corpus"]["split"]["anchor"] == ["route-s1000-w8", "route-s1000-w9"]
 
+    baseline = service.http.post("/benches/routerbench", json={"baseline": "train"})
+    assert baseline.status_code == 422, baseline.text
+    assert baseline.json()["error"]["details"][0]["field"] == "baseline"
+
     cli = subprocess.run(
         [sys.executable, "-m", "app.cli", "bench", "routerbench", "--dry-run", "--url",
          service.url],
