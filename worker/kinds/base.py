@@ -1,8 +1,9 @@
 """What a kind of run is (SPEC §3.2): its stages in order, its dry-run planner, and the little the
 runner asks of it instead of knowing it (the card's `data` line, extra fields of summary.json).
 
-Each kind is one file beside this one, importing this module only; `worker/kinds/__init__.py`
-lists them. A stage is a plain function `(context, spec) -> dict`; one that trains or scores
+Each kind is one file beside this one, importing this module (and, for the bench's
+`train_router`, the train kind's stages, reused as they are); `worker/kinds/__init__.py` lists
+them. A stage is a plain function `(context, spec) -> dict`; one that trains or scores
 imports torch inside itself, so that the worker process never loads it (the stage's child does).
 """
 
