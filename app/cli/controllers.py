@@ -102,7 +102,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="make the shadow live if it meets --min-decisions and --min-agreement",
     )  # fmt: skip
     p.add_argument("--min-decisions", type=int, default=100, help="with --promote (default: 100)")
-    p.add_argument("--min-agreement", type=float, default=0.9, help="with --promote (0.9)")
+    p.add_argument("--min-agreement", type=float, default=0.9, help="with --promote (default: 0.9)")
     add_url(p)
     p.set_defaults(func=cmd_shadow)
     p = sub.add_parser("decide-server", help="the decision process (keeps controllers loaded)")
