@@ -87,7 +87,10 @@ def decide_with(args: dict[str, str]) -> str:
         '"tools": ["<candidate>", ...]}]): per row the action, each candidate\'s '
         "probability and the margin\n"
         "3. a row that abstains (margin under the controller's threshold) is the controller "
-        "saying it is unsure: decide that one yourself and say so"
+        "saying it is unsure: decide that one yourself and say so\n"
+        "4. a decision with a decision_id is logged: once you know how it went, "
+        f'report_outcomes(name="{name}", outcomes=[{{"decision_id": "<id>", "success": true}}]) '
+        "(the outcomes become training rows)"
     )
 
 

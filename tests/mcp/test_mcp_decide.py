@@ -37,7 +37,9 @@ def promoted(
         svc.stop()
 
 
-def test_an_agent_lists_controllers_and_gets_decisions_over_mcp(promoted: Service) -> None:
+def test_an_agent_gets_decisions_reports_outcomes_and_reads_them_back_over_mcp(
+    promoted: Service,
+) -> None:
     async def scenario() -> dict[str, Any]:
         async with over_stdio(promoted) as session:
             listed = await call(session, "list_controllers")
@@ -47,7 +49,35 @@ def test_an_agent_lists_controllers_and_gets_decisions_over_mcp(promoted: Servic
             bad = await error_of(session, "decide", name="router",
                                  rows=[ROW, {"state": "s", "tools": []}])  # fmt: skip
             unknown = await error_of(session, "decide", name="nobody", rows=[ROW])
-            return {"answer": answer, "bad": bad, "unknown": unknown}
+
+            on = promoted.http.patch("/controllers/router", json={"log_decisions": True})
+            assert on.status_code == 200, on.text
+            logged = await call(session, "decide", name="router", rows=[ROW, ROW])
+            first, second = (d["decision_id"] for d in logged["decisions"])
+            outcome = {"decision_id": first, "success": True, "reward": 0.5}
+            reported = await call(session, "report_outcomes", name="router", outcomes=[outcome])
+            stranger = await error_of(
+                session,
+                "report_outcomes",
+                name="router",
+                outcomes=[{"decision_id": "nope", "success": False}],
+            )
+            listed_back = await call(session, "list_decisions", name="router")
+            waiting = await call(session, "list_decisions", name="router", with_outcomes=False)
+            live_shadow = await error_of(session, "set_shadow", name="router", version=1)
+            cleared = await call(session, "set_shadow", name="router", version=None)
+            return {
+                "answer": answer,
+                "bad": bad,
+                "unknown": unknown,
+                "ids": [first, second],
+                "reported": reported,
+                "stranger": stranger,
+                "listed": listed_back,
+                "waiting": waiting,
+                "live_shadow": live_shadow,
+                "cleared": cleared,
+            }
 
     seen = run_async(scenario())
     answer = seen["answer"]
@@ -55,3 +85,16 @@ def test_an_agent_lists_controllers_and_gets_decisions_over_mcp(promoted: Servic
     assert all(d["action"] in ROW["tools"] for d in answer["decisions"])
     assert "rows[1].tools" in seen["bad"]
     assert "nobody" in seen["unknown"] and "404" in seen["unknown"]
+
+    first, second = seen["ids"]
+    assert seen["reported"] == {"recorded": 1, "replaced": 0}
+    assert "outcomes[0].decision_id" in seen["stranger"] and "404" in seen["stranger"]
+    # Only the decisions decided while logging is on are listed, each with its outcome or none.
+    listed = {d["id"]: d for d in seen["listed"]["decisions"]}
+    assert set(listed) == {first, second}
+    assert listed[first]["outcome"] == {"success": True, "reward": 0.5}
+    assert listed[second]["outcome"] is None
+    assert listed[first]["action"] in ROW["tools"] and "scores" not in listed[first]
+    assert [d["id"] for d in seen["waiting"]["decisions"]] == [second]
+    assert "version" in seen["live_shadow"] and "live version" in seen["live_shadow"]
+    assert seen["cleared"]["shadow_version"] is None
