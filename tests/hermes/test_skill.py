@@ -114,6 +114,13 @@ def test_routerbench_starts_is_followed_to_the_end_and_a_retry_is_the_same_run(
     guarded: Service,
 ) -> None:
     start = the('"bench":"routerbench"')
+    # The skill's one-liner trains its router at `trm demo`'s size (about 2 minutes here); the
+    # same command with a one-epoch router and fewer scored rows still trains in the run, in ~30 s.
+    assert '"router":"train"}' in start
+    start = start.replace(
+        '"router":"train"}',
+        '"router":"train","router_train":{"epochs":1},"episodes":2,"train_sample":50}',
+    )
     first = fresh_shell(start, guarded.url)
     assert first.returncode == 0, first.stderr + first.stdout
     run_id = first.stdout.split()[0]
@@ -138,7 +145,11 @@ def test_routerbench_starts_is_followed_to_the_end_and_a_retry_is_the_same_run(
     done = fresh_shell(the("trm show").replace("RUN=RUN_ID", f"RUN={run_id}"), guarded.url)
     assert done.returncode == 0 and done.stdout.startswith("completed"), done
     card = fresh_shell(the("scorecard.json").replace("RUN_ID", run_id), guarded.url)
-    assert card.returncode == 0 and json.loads(card.stdout)["router"]["n"]["anchor"] > 0, card
+    assert card.returncode == 0, card
+    scorecard = json.loads(card.stdout)
+    # The trained router, scored beside the untrained baseline and the two references.
+    assert scorecard["router"]["n"]["anchor"] > 0 and scorecard["baseline"]["n"]["anchor"] > 0
+    assert {"majority", "gbdt"} <= set(scorecard["references"]), scorecard["references"]
     runs = guarded.http.get("/runs", params={"kind": "bench"}).json()
     assert [r["id"] for r in runs["runs"]] == [run_id]  # the retry started nothing
 
@@ -274,3 +285,40 @@ def test_hermes_skills_install_from_a_url_puts_the_skill_where_hermes_reads_it(
     assert listed.returncode == 0, listed.stderr[-2000:]
     seen = json.loads(listed.stdout.splitlines()[-1])
     assert "trm-trainer" in seen["listed"] and seen["status"] == "available", seen
+
+
+QUICK = """
+import json
+from hermes_cli.config import load_config
+from gateway.config import load_gateway_config
+from tools.environments.local import _sanitize_subprocess_env
+print(json.dumps({"cli": load_config()["quick_commands"],
+                  "gateway": load_gateway_config().quick_commands,
+                  "env": sorted(k for k in _sanitize_subprocess_env(
+                      {"TRM_URL": "u", "TRM_API_TOKEN": "t"}) if k.startswith("TRM_"))}))
+"""
+
+
+@pytest.mark.skipif(
+    HERMES_PYTHON is None,
+    reason="hermes-agent is not installed (scripts/hermes_env.sh, `hermes` on PATH, HERMES_PYTHON)",
+)
+def test_docs_quick_command_is_accepted_by_hermes_and_runs_the_skill_one_liner(
+    tmp_path: Path,
+) -> None:
+    docs = (ROOT / "docs" / "hermes.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", docs, re.S) if "quick_commands" in b]
+    (tmp_path / "config.yaml").write_text(block, encoding="utf-8")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "HERMES_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [str(HERMES_PYTHON), "-c", QUICK], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    # Hermes lowercases the typed command before looking it up (CLI and gateway alike).
+    typed = "/trm-routerBench".lower().lstrip("/")
+    for loaded in (seen["cli"], seen["gateway"]):
+        assert loaded[typed]["type"] == "exec"
+        assert loaded[typed]["command"] == the('"bench":"routerbench"')
+    # The exec command's environment keeps the skill's variables (Hermes drops only its own keys).
+    assert seen["env"] == ["TRM_API_TOKEN", "TRM_URL"]
