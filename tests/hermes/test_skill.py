@@ -322,3 +322,19 @@ def test_docs_quick_command_is_accepted_by_hermes_and_runs_the_skill_one_liner(
         assert loaded[typed]["command"] == the('"bench":"routerbench"')
     # The exec command's environment keeps the skill's variables (Hermes drops only its own keys).
     assert seen["env"] == ["TRM_API_TOKEN", "TRM_URL"]
+
+
+def test_skill_hill_climb_spec_is_accepted_and_the_runs_list_finds_it(guarded: Service) -> None:
+    # The ready hill-climb, as a dry run: the live API validates it and plans its search.
+    start = the('"kind":"hillclimb"').replace('"seed":1}', '"seed":1,"dry_run":true}')
+    assert '"dry_run":true' in start
+    submitted = fresh_shell(start, guarded.url)
+    assert submitted.returncode == 0, submitted.stderr + submitted.stdout
+    run_id = submitted.stdout.split()[0]
+    assert guarded.wait_status(run_id, "completed", "failed")["status"] == "completed", guarded.run(
+        run_id
+    )
+    listed = fresh_shell(
+        the("trm runs --kind train").replace("--kind train", "--kind hillclimb"), guarded.url
+    )
+    assert listed.returncode == 0 and run_id in listed.stdout, listed
