@@ -1,4 +1,4 @@
-"""Load (issue 9): sustained `POST /runs` at a target rate with SSE subscribers attached and
+"""Load: sustained `POST /runs` at a target rate with SSE subscribers attached and
 workers running, on Postgres and then on SQLite. Loopback only, bounded in count and time: every
 phase ends within a hard limit and reports what it had when it stopped. Prints a table.
 

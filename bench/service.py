@@ -1,4 +1,4 @@
-"""Service benchmark (issue 2): prints a table of our figures against baselines measured in the
+"""Service benchmark: prints a table of our figures against baselines measured in the
 same run on this machine.
 
   POST /runs throughput and latency on SQLite   vs  GET /healthz on the same server

@@ -1,4 +1,4 @@
-"""SSE replay benchmark (issue 21, item 7): one stream of a run with N stored events, from 0.
+"""SSE replay benchmark: one stream of a run with N stored events, from 0.
 
   paged replay (app/routes/events.py now:     vs  whole load (the replay as it was: every stored
   one page of events in memory at a time)         event read into a list, then the first sent)
@@ -106,8 +106,8 @@ class PeakRss:
 
 # ---- the two replays, in a process of their own ----------------------------------------------
 def whole_load(engine: sa.Engine, run_id: str) -> Iterator[bytes]:
-    """The replay before issue 21 (`_read` in app/routes/events.py): every stored event after 0
-    into one list, 1000 rows per query, and only then the first frame."""
+    """The replay before bounded streams (the old `_read` in app/routes/events.py): every
+    stored event after 0 into one list, 1000 rows per query, and only then the first frame."""
     from sqlmodel import Session, col, select
 
     from app.live import sse_frame

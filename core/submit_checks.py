@@ -1,6 +1,6 @@
 """What can be known at submit about what a run will read: its data files exist, the runs a bench
 names exist, a bench has something to compare. A 422 naming the field now instead of a 202 that
-fails after its turn in the queue (issue 22).
+fails after its turn in the queue.
 
 Runs after `resolve_api_paths`, so every path here is already under DATA_DIR: a path outside it
 got the one refusal that does not say whether it exists.

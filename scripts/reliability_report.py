@@ -83,7 +83,7 @@ CLAIMS = {
         "a stage with no progress for stall_s: failed/stalled, while a slow steady run completes",
         "nothing beyond the hung run",
     ),
-    # Integrity round 2 (issue 21): each finding of the attacker's probe is a case.
+    # Integrity round 2: each finding of the attacker's probe is a case.
     "test_a_planted_pickled_checkpoint_is_never_unpickled_or_resumed_from": (
         "a pickled trainer_state.pt planted in a queued train run's checkpoints: never loaded "
         "(no torch.load in the worker), the run does not resume from a folder its own events did "
@@ -266,7 +266,7 @@ smallest change in the lead-owned files that makes it pass (`diff` in the issue'
 | case | what went wrong | fix |
 |---|---|---|
 | frozen worker (SIGSTOP) | its trainer (a child in its own session) kept training the run while attempt 2 trained it too: steps 75, 75, 76, 76, ... | the child fences itself: it reads the run's `lease_token`/status every heartbeat and stops (as on shutdown) when the lease moved on (`worker/child.py`, token passed by `worker/runner.py`) |
-| fenced child (session 6) | stopping "as on shutdown", the fenced child still saved its stop checkpoint (an older step than the new attempt's: a third attempt would have resumed from it), wrote its outcome into the stage folder the new attempt's child uses, and its worker could write the stage's manifest there | a moved lease is its own stop reason, `fenced`: `should_stop()` raises `LeaseMoved` (a BaseException, so stage code cannot catch it and carry on), the child exits with code 29 without writing its outcome, and the worker ends the attempt as `lost` without a manifest (tests/fault/test_fencing.py) |
+| fenced child | stopping "as on shutdown", the fenced child still saved its stop checkpoint (an older step than the new attempt's: a third attempt would have resumed from it), wrote its outcome into the stage folder the new attempt's child uses, and its worker could write the stage's manifest there | a moved lease is its own stop reason, `fenced`: `should_stop()` raises `LeaseMoved` (a BaseException, so stage code cannot catch it and carry on), the child exits with code 29 without writing its outcome, and the worker ends the attempt as `lost` without a manifest (tests/fault/test_fencing.py) |
 | Redis restarted empty | arq's poll loop ends at the first Redis error; the worker kept heartbeating with no consumer on that queue, so a new run stayed `queued` forever | `worker/main.py` polls again after an error (`_keep_polling`) |
 | Postgres unreachable | writes answered 500 `internal` and the connection was cut ("response already started": the session's close raised after the error response); the trainer's progress write failed the run; after the outage the reconciler marked the still-live run stale | 503 `unavailable` for `OperationalError`/`InterfaceError`/pool timeouts with `Retry-After` (`app/errors.py`); session close errors suppressed (`app/deps.py`); workers retry writes for `TRM_DB_RETRY_S` (`app/db.py::retrying`, `Publisher(retry_s=)`, manifests, the run's end); a reconciler that just lost the database waits one stale period before judging heartbeats |
 | stall | no `stalled` detection | the lease tracks the run's `event_seq`; the runner kills a child stage silent for `TRM_STALL_S` and fails it `stalled` (`selftest.stall_at_step` exercises it) |
@@ -295,14 +295,14 @@ The qlora kill -9 and coordinator kill cases are `slow` (in CI); the 1 GiB garba
 `soak` (its 100 MiB twin is in CI); `--slow` runs them all.
 
 The load bench on this 2-core machine (load generator, API, two workers and the database on the
-same cores) holds 300 runs/s on Postgres and on SQLite since session 6; in session 5 it reached 92
+same cores) holds 300 runs/s on Postgres and on SQLite with group commit; before it, it reached 92
 and 55. What changed, measured with `bench/load.py --seconds 20` (the table's last column splits
 each window's CPU seconds between the API, the workers, the bench and the rest):
 - group commit (`app/intake.py`): concurrent `POST /runs` are validated, recorded in one
   transaction with their first events and queued in one Redis round trip, each request keeping
   its own answer (its 422 or 409 fails nobody else). Before, each request paid its own thread
   hand-off, connection check-out with its ping, two inserts, commit, PUBLISH, events.jsonl append
-  and enqueue: 2.4 ms of API CPU per run under load (session 6 CPU), and 203 runs/s on Postgres.
+  and enqueue: 2.4 ms of API CPU per run under load, and 203 runs/s on Postgres.
   After: 1.5 ms per run, 300 runs/s, p50 25 ms. A new run's directory and events.jsonl cost
   ~0.5 ms of file-system wall time here; `TRM_INTAKE_WRITERS` (4) batches are written at once so
   that one batch's file and Redis work overlaps another's database work;

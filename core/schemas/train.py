@@ -110,7 +110,7 @@ class QloraTrainerConfig(StrictModel):
     checkpoint_every: int = Field(default=50, ge=1, le=MAX_COUNT)
     packing: bool = True
     seed: Seed = 0
-    # Speed knobs (issue 23): none of them changes what is computed, only how fast and in how much
+    # Speed knobs: none of them changes what is computed, only how fast and in how much
     # memory (compute_dtype aside, which changes the rounding).
     compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         default="auto",

@@ -1,5 +1,5 @@
 """A `reasoning_trace` row whose every state field is empty carries no decision-relevant state:
-the corpus builder counts it `missing_state` and never trains on it (issue 22)."""
+the corpus builder counts it `missing_state` and never trains on it."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ def test_primehub_benches_score_a_results_export_and_name_a_missing_one(
         runs[name] = response.json()["id"]
     missing = service.http.post(
         "/benches/primehub-envs", json={"results_jsonl": "exports/gone.jsonl"}
-    )  # refused at submit (issue 22), not a run that fails after its turn in the queue
+    )  # refused at submit, not a run that fails after its turn in the queue
     assert missing.status_code == 422, missing.text
     assert missing.json()["error"]["details"][0]["field"] == "results_jsonl"
     assert (

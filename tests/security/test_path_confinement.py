@@ -1,7 +1,7 @@
 """Every path a spec names stays under its root, symlinks resolved: DATA_DIR for data and the
 original skill's spec files, MODEL_CACHE for base models. A refusal reads the same for an outside
 path that exists and one that does not, and nothing of an outside file comes back. Real API, real
-worker, real files (issue 21, item 5)."""
+worker, real files."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""No request buys unbounded compute or memory (issue 21, item 6): every size knob of a spec has
+"""No request buys unbounded compute or memory: every size knob of a spec has
 an upper bound (422 naming it), and once the corpus is known the worker refuses, before
 training, a run whose step count is over TRM_MAX_STEPS or whose memory estimate is over what it
 has free (`bad_input` with the figures). Real API, real worker, real files."""

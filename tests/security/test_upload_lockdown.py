@@ -1,4 +1,4 @@
-"""Uploads are a worker's channel, not a client's (issue 21, item 2): an API token alone writes
+"""Uploads are a worker's channel, not a client's: an API token alone writes
 nothing into a run; the lease holder writes only outputs of the run's current stage, never the
 service's own files, within a size bound and the run directory's quota; /readyz reports free
 disk; a full database disk answers 507 naming it. Real API (uvicorn), real database, real

@@ -1,4 +1,4 @@
-"""The first hour with the CLI (issue 22): `trm up` never takes another service for its own and
+"""The first hour with the CLI: `trm up` never takes another service for its own and
 leaves nothing behind, one URL setting with `--url`, every option explained, dry runs that do not
 wait behind training, and what can be checked at submit refused at submit."""
 

@@ -1,6 +1,6 @@
 """The original skill's published spec files, written in their published shapes
 (/work/shared/UPSTREAM.md), through `trm import-spec` (the CLI, a subprocess) and the real API's
-`POST /runs?format=skill` (issue 22): `router-training-spec.sample.json` becomes a qlora train run
+`POST /runs?format=skill`: `router-training-spec.sample.json` becomes a qlora train run
 over its `source_jsonl`, and the three bench specs become our benches of the same name."""
 
 from __future__ import annotations

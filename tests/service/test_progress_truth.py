@@ -1,4 +1,4 @@
-"""Progress that tells the truth (issue 22): the card shows a trainer's eval pass and its rows, an
+"""Progress that tells the truth: the card shows a trainer's eval pass and its rows, an
 ETA that says `estimating` until a rate is known (never the stage before's 00:00), what a
 counter counts (`MB read`, `rows`), and the score a train run measured as its `best_anchor`, in
 the runs list as on the card (a bench's: tests/evaluate/test_bench.py)."""

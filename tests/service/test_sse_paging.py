@@ -1,4 +1,4 @@
-"""SSE streams are bounded (issue 21, items 7 and 8): a long run's replay is read from the
+"""SSE streams are bounded: a long run's replay is read from the
 database a page at a time, and a hostile `Last-Event-ID` is a 422 naming the header."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The qlora trainer's speed paths (issue 23) compute what the plain 4-bit, fully checkpointed path
+"""The qlora trainer's speed paths compute what the plain 4-bit, fully checkpointed path
 computes, and the run says which paths ran. A tiny config-built Llama: seconds, not minutes."""
 
 from __future__ import annotations

@@ -223,7 +223,7 @@ def test_a_resumed_qlora_attempt_and_its_cut_rows_show_in_the_stage_counters(
                      budget={"max_tokens": 1})  # fmt: skip
     assert launch_trainer(first, first.spec)["stopped_by"] == "budget"
     assert "resumed_from_step" not in first.counters  # a fresh start
-    # Its val pass before the first step is on the card, with its rows and no ETA yet (issue 22).
+    # Its val pass before the first step is on the card, with its rows and no ETA yet.
     events = first.publisher.events  # type: ignore[attr-defined]
     cards = [Card(**data) for type_, data in events if type_ == "card"]
     passes = [c for c in cards if c.pass_name == "eval" and c.step is None]

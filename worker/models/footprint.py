@@ -1,4 +1,4 @@
-"""What a training run will cost, known before it starts (issue 21, item 6): its step count, held
+"""What a training run will cost, known before it starts: its step count, held
 against `TRM_MAX_STEPS`, and an estimate of its memory, held against what this worker has free
 (available RAM, or free VRAM on a GPU). Either one over its limit is `bad_input` naming the knobs
 and the figure, before anything is allocated: a spec once asked for 2.3e13 steps through

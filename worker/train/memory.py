@@ -12,7 +12,7 @@ PyTorch reads that variable once, at its first allocation, so it must be in the 
 process starts with: `CHILD_ENV` is what the runner starts every stage's child process with.
 A process started without it (a trainer called directly) falls back to the mmap threshold.
 
-With fewer layers checkpointed (issue 23) many more tensors under 2 MB live at once, and they come
+With fewer layers checkpointed many more tensors under 2 MB live at once, and they come
 from glibc's heap, fragmented: SmolLM2-135M at 2 x 512 float32 peaked at 3.0 GB RSS over two
 steps. A fixed mmap threshold of 256 KiB on top of the huge pages held it to 2.0 GB, but cost the
 page faults again (bf16, whose tensors are half the size: 0.9x TRL's tokens/s instead of more
