@@ -1,5 +1,5 @@
 # The few commands people need. Everything runs from .venv (scripts/setup.sh makes it).
-.PHONY: setup test demo up lint format bench schemas
+.PHONY: setup test demo up lint format bench schemas docs
 
 setup:
 	scripts/setup.sh
@@ -27,3 +27,8 @@ bench: setup
 
 schemas: setup
 	.venv/bin/trm schemas --out specs/schemas
+
+# The docs site into site/, links and anchors checked; the reference pages regenerated first.
+docs: setup
+	.venv/bin/python scripts/docs_reference.py
+	.venv/bin/mkdocs build --strict
