@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -31,6 +32,7 @@ from core.models import Controller, ControllerVersion, Run, Stage, utcnow
 from core.paths import is_run_id, under
 from core.rundir import FEATURES, RUN_META, SCORECARD, TRAINER
 from core.schemas.corpus import CONTROLLER_NAME
+from core.schemas.hillclimb import PromoteBest
 from core.settings import Settings
 
 NAME_PATTERN = CONTROLLER_NAME
@@ -283,16 +285,16 @@ def _number(value: Any) -> float | None:
 
 
 def _version_row(
-    session: Session, settings: Settings, req: PromoteIn, promoted_by: str
+    session: Session,
+    settings: Settings,
+    run: Run,
+    name: str,
+    source: tuple[str, str | None],
+    abstain_margin: float | None,
+    promoted_by: str,
 ) -> ControllerVersion:
-    """The version record of the run `req` names, checked; not yet numbered."""
-    asked = _completed_run(session, req.run_id, "run")
-    run, candidate = asked, None
-    if asked.kind == "hillclimb":
-        best_run, candidate = _best_of_search(session, asked)
-        run = _completed_run(session, best_run, f"hill-climb {asked.id}'s best run")
-        if run.kind != "train":
-            raise _refuse(409, "no_best_candidate", f"run {best_run} is not a train run")
+    """The version record of completed train run `run`, checked; not yet numbered. `source` is
+    what was promoted: the run itself, or a hill-climb and its candidate."""
     run_dir = settings.run_dir(run.id)
     card = _read_json(run_dir / SCORECARD, run_dir)
     if card is None:
@@ -306,42 +308,59 @@ def _version_row(
         raise _refuse(409, "no_model", f"run {run.id} holds no model in {TRAINER}/")
     scores = {k: _number(card.get(k)) for k in HEADLINE}
     return ControllerVersion(
-        name=req.name,
+        name=name,
         version=0,
         run_id=run.id,
-        source_run_id=asked.id,
-        candidate_id=candidate,
+        source_run_id=source[0],
+        candidate_id=source[1],
         trainer=trainer,
         trainer_dir=f"{run.id}/{TRAINER}",
         features_format=_features_format(trainer, folder),
         anchor_score=scores["anchor_score"],
         scores=scores,
         anchors=_anchors_description(run, card),
-        abstain_margin=req.abstain_margin,
+        abstain_margin=abstain_margin,
         promoted_by=promoted_by,
     )
 
 
-def promote(engine: sa.Engine, settings: Settings, req: PromoteIn, promoted_by: str) -> VersionOut:
-    """Record the run as the name's next version and make it live. Two promotions of one name at
-    once get different numbers: the loser of the (name, version) race numbers again."""
+def _asked_row(
+    session: Session, settings: Settings, req: PromoteIn, promoted_by: str
+) -> ControllerVersion:
+    """The version record of the run `req` names: a train run, or a finished hill-climb's best."""
+    asked = _completed_run(session, req.run_id, "run")
+    run, candidate = asked, None
+    if asked.kind == "hillclimb":
+        best_run, candidate = _best_of_search(session, asked)
+        run = _completed_run(session, best_run, f"hill-climb {asked.id}'s best run")
+        if run.kind != "train":
+            raise _refuse(409, "no_best_candidate", f"run {best_run} is not a train run")
+    source = (asked.id, candidate)
+    return _version_row(session, settings, run, req.name, source, req.abstain_margin, promoted_by)
+
+
+def _record(
+    engine: sa.Engine, build: Callable[[Session], ControllerVersion], log_decisions: bool | None
+) -> VersionOut:
+    """Number the version `build` makes as the name's next and make it live. Two promotions of
+    one name at once get different numbers: the loser of the (name, version) race numbers again."""
     for attempt in range(5):
         try:
             with one_writer(engine), session_scope(engine) as session:
-                row = _version_row(session, settings, req, promoted_by)
+                row = build(session)
                 last = session.exec(
                     select(sa.func.max(ControllerVersion.version)).where(
-                        ControllerVersion.name == req.name
+                        ControllerVersion.name == row.name
                     )
                 ).one()
                 row.version = int(last or 0) + 1
                 session.add(row)
-                live = session.get(Controller, req.name)
+                live = session.get(Controller, row.name)
                 if live is None:
-                    live = Controller(name=req.name, live_version=row.version)
+                    live = Controller(name=row.name, live_version=row.version)
                 make_live(live, row.version)
-                if req.log_decisions is not None:
-                    live.log_decisions = req.log_decisions
+                if log_decisions is not None:
+                    live.log_decisions = log_decisions
                 session.add(live)
                 session.flush()
                 return VersionOut.of(row, row.version)
@@ -349,6 +368,47 @@ def promote(engine: sa.Engine, settings: Settings, req: PromoteIn, promoted_by: 
             if attempt == 4:
                 raise
     raise AssertionError("not reached")
+
+
+def promote(engine: sa.Engine, settings: Settings, req: PromoteIn, promoted_by: str) -> VersionOut:
+    """Record the run as the name's next version and make it live."""
+    return _record(
+        engine,
+        lambda session: _asked_row(session, settings, req, promoted_by),
+        req.log_decisions,
+    )
+
+
+def promote_search_best(
+    engine: sa.Engine,
+    settings: Settings,
+    search_id: str,
+    best: tuple[str, str],
+    asked: PromoteBest,
+) -> VersionOut:
+    """A hill-climb's spec asked for its best candidate (`best`: its train run and candidate id)
+    to be promoted as the search ends. Once per search: the finalize stage run again after a
+    restart finds the version it made and returns it."""
+    with session_scope(engine) as session:
+        made = session.exec(
+            select(ControllerVersion).where(
+                ControllerVersion.name == asked.name, ControllerVersion.source_run_id == search_id
+            )
+        ).first()
+        if made is not None:
+            live = session.get(Controller, asked.name)
+            return VersionOut.of(made, live.live_version if live else None)
+
+    def build(session: Session) -> ControllerVersion:
+        run = _completed_run(session, best[0], f"hill-climb {search_id}'s best run")
+        if run.kind != "train":
+            raise _refuse(409, "no_best_candidate", f"run {run.id} is not a train run")
+        by = f"hill-climb {search_id}"
+        return _version_row(
+            session, settings, run, asked.name, (search_id, best[1]), asked.abstain_margin, by
+        )
+
+    return _record(engine, build, asked.log_decisions)
 
 
 # ---- reading -----------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.card import show_best
+from core.controllers import promote_search_best
 from core.errors import ApiError
 from core.paths import under
 from core.rundir import (
@@ -36,10 +37,10 @@ from core.rundir import (
     write_json_atomic,
 )
 from core.runs import validate_spec
-from core.schemas.hillclimb import HillclimbSpec
+from core.schemas.hillclimb import HillclimbSpec, PromoteBest
 from worker.context import FENCED, StageContext, StageFailure
 from worker.hillclimb import decide
-from worker.hillclimb.decide import SearchState
+from worker.hillclimb.decide import Candidate, SearchState
 from worker.hillclimb.ladder import candidate_spec, ladder_of, root_knobs, rung_label
 from worker.hillclimb.launch import ServiceLauncher
 from worker.hillclimb.ledger import Ledger
@@ -276,6 +277,8 @@ def finalize(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
         "ledger": LEDGER,
         "best_dir": BEST if best else None,
     }
+    if search_spec.promote is not None:
+        summary["promotion"] = _promote_best(ctx, search_spec.promote, best)
     write_json_atomic(ctx.run_dir / SEARCH_SUMMARY, summary)
     ctx.outputs.append(ctx.run_dir / SEARCH_SUMMARY)
     if best is None:
@@ -284,6 +287,42 @@ def finalize(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
             "the untrained model)"
         )
     return {k: summary[k] for k in ("best_candidate", "best_run", "root_candidate_run", "stopped")}
+
+
+def _promote_best(ctx: StageContext, asked: PromoteBest, best: Candidate | None) -> dict[str, Any]:
+    """The spec's `promote`: the best candidate as the name's next live version, unless there is
+    none or it scores under `min_anchor_score`. A refusal is said (an event and the summary's
+    `promotion`), never a failed search: the search's results stand either way."""
+    reason = None
+    score = best.scores.get("anchor_score") if best is not None else None
+    if best is None or not best.run_id:
+        reason = "no candidate met the keep rule"
+    elif asked.min_anchor_score is not None and (score is None or score < asked.min_anchor_score):
+        reason = f"the best anchor score {score} is under min_anchor_score {asked.min_anchor_score}"
+    if reason is None and best is not None and best.run_id:
+        try:
+            best_of = (best.run_id, best.candidate_id)
+            made = promote_search_best(
+                ctx.publisher.engine, ctx.settings, ctx.run_id, best_of, asked
+            )
+        except ApiError as refused:
+            reason = refused.message
+        else:
+            ctx.log(
+                f"promoted {best.candidate_id} (run {best.run_id}) as "
+                f"{made.name}@{made.version}, now live"
+            )
+            return {
+                "promoted": True,
+                "name": made.name,
+                "version": made.version,
+                "run_id": made.run_id,
+                "candidate": best.candidate_id,
+            }
+    text = f"not promoted as {asked.name}: {reason}"
+    ctx.note(text)
+    ctx.log(text)
+    return {"promoted": False, "name": asked.name, "reason": reason}
 
 
 def _copy_best(ctx: StageContext, run_id: str, record: dict[str, Any]) -> None:
