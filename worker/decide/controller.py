@@ -24,9 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from core.rundir import ADAPTER, RUN_META
 from worker.decide.decision import Decision, check_margin, decision
-from worker.decide.numpy_trm import NumpyTrm, pad
+from worker.decide.fast_encode import FastEncoder
+from worker.decide.numpy_trm import PAD_SCORE, NumpyTrm
 from worker.evaluate.policies import load_policy
 from worker.models.policy import Policy
 
@@ -67,29 +70,65 @@ class Controller:
         self.model_hash = policy.model_hash
         self.abstain_margin = check_margin(abstain_margin)
         self.numpy = NumpyForward.of(policy) if trainer == "trm" else None
+        space = getattr(policy, "space", None)
+        self.encoder = FastEncoder(space) if trainer in ("trm", "gbdt") and space else None
 
     def decide(self, rows: Sequence[DecideRow]) -> list[Decision]:
         check_rows(rows)
         if not rows:
             return []
-        if self.numpy is not None and len(rows) <= NUMPY_ROWS:
-            scores = self.numpy.scores(rows)
-            self.policy.forward_passes += 1
-        else:
-            scores = self.policy.scores_batch(
-                [r.state for r in rows], [list(r.tools) for r in rows]
-            )
+        scores = self.scores(rows)
         return [
             decision(row.tools, s, self.abstain_margin) for row, s in zip(rows, scores, strict=True)
         ]
 
+    def scores(self, rows: Sequence[DecideRow]) -> list[list[float]]:
+        """Each row's raw model scores, in its candidates' order (rows already checked)."""
+        if self.encoder is None:  # an LM: it reads the row's text itself
+            return self.policy.scores_batch([r.state for r in rows], [list(r.tools) for r in rows])
+        raw, counts = self.encoder.raw([(r.state, r.tools) for r in rows])
+        self.policy.forward_passes += 1
+        if self.trainer == "gbdt":
+            flat = self.policy.booster.predict(raw, num_threads=1)  # type: ignore[attr-defined]
+            starts = np.cumsum([0, *counts])
+            return [flat[a:b].tolist() for a, b in zip(starts[:-1], starts[1:], strict=True)]
+        scaled = self.encoder.scaled(raw)
+        if self.numpy is not None and len(rows) <= NUMPY_ROWS:
+            final = self.numpy.net.infer(*pad_stacked(scaled, counts))
+        else:
+            final = self._torch(scaled, counts)
+        return [final[i, :n].tolist() for i, n in enumerate(counts)]
+
+    def _torch(self, scaled: np.ndarray, counts: list[int]) -> np.ndarray:
+        """`TrmPolicy.scores_batch`'s forward: `SCORE_ROWS` rows at a time, each chunk padded to
+        its widest row."""
+        import torch
+
+        from worker.models.trm import SCORE_ROWS
+
+        policy: Any = self.policy
+        widest = max(counts)
+        out = np.full((len(counts), widest), PAD_SCORE, dtype=np.float32)
+        starts = np.cumsum([0, *counts])
+        for first in range(0, len(counts), SCORE_ROWS):
+            chunk = counts[first : first + SCORE_ROWS]
+            block = scaled[starts[first] : starts[first + len(chunk)]]
+            x, mask = pad_stacked(block, chunk)
+            final = policy.model.infer(
+                torch.from_numpy(x).to(policy.device),
+                torch.from_numpy(mask).to(policy.device),
+                policy.steps,
+            ).cpu()
+            out[first : first + len(chunk), : final.shape[1]] = final.numpy()
+        return out
+
 
 class NumpyForward:
-    """A trm policy's network run by `numpy_trm.NumpyTrm` on the policy's weights and feature
-    space: the same encoding, padding and recursion as `TrmPolicy.scores_batch`."""
+    """A trm policy's network run by `numpy_trm.NumpyTrm` on the policy's weights: the same
+    recursion as `TrmPolicy.scores_batch` on the same padded batch."""
 
-    def __init__(self, net: NumpyTrm, space: Any) -> None:
-        self.net, self.space = net, space
+    def __init__(self, net: NumpyTrm) -> None:
+        self.net = net
 
     @classmethod
     def of(cls, policy: Any) -> NumpyForward | None:
@@ -97,14 +136,26 @@ class NumpyForward:
         model = policy.model
         weights = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
         try:
-            return cls(NumpyTrm(weights, model.n, model.cycles, policy.steps), policy.space)
+            return cls(NumpyTrm(weights, model.n, model.cycles, policy.steps))
         except ValueError:
             return None
 
-    def scores(self, rows: Sequence[DecideRow]) -> list[list[float]]:
-        blocks = [self.space.scaled(r.state, list(r.tools)) for r in rows]
-        final = self.net.infer(*pad(blocks, self.space.width))
-        return [final[i, : len(r.tools)].tolist() for i, r in enumerate(rows)]
+
+def pad_stacked(scaled: np.ndarray, counts: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Rows stacked candidate after candidate ((sum of counts, width)) as one (rows, widest,
+    width) batch and its mask, as `numpy_trm.pad` and `Encoded.batch` pad them."""
+    widest = max(counts)
+    if all(n == widest for n in counts):  # no padding: a reshape
+        x = scaled.reshape(len(counts), widest, scaled.shape[1])
+        return x, np.ones((len(counts), widest), dtype=bool)
+    x = np.zeros((len(counts), widest, scaled.shape[1]), dtype=np.float32)
+    mask = np.zeros((len(counts), widest), dtype=bool)
+    start = 0
+    for i, n in enumerate(counts):
+        x[i, :n] = scaled[start : start + n]
+        mask[i, :n] = True
+        start += n
+    return x, mask
 
 
 def load_controller(

@@ -1,0 +1,457 @@
+"""The decision-time encoder: a version's rows as the matrices its model reads, bit for bit the
+general encoder's (`FeatureSpace.raw` / `.scaled`: `worker/features/` through
+`worker/models/encoding.py`), in less time.
+
+Compiled once per loaded version from its fitted feature space:
+
+- **Only the features the model reads.** The general encoder spells every feature a row has
+  (a routerBench candidate: ~130 names, of which its space keeps a few dozen) and then looks each
+  one up; here each kind's kept names are split into their parts once (`D:<a>|<c>` under `a`,
+  then `c`), so a row's loops skip what no column wants: the D/GE comparisons of an own number no
+  kept name compares, the crossed words of a candidate no kept name crosses, the text matches
+  when no kept name reads them.
+- **Per-row work once.** The context's strings, sets and numbers are split once a row (the
+  general encoder splits them again per candidate); the shared context features are placed once
+  and copied to every candidate's row.
+- **Cached per candidate list.** A tools list's names and word pieces are worked out once.
+- **Vectorised over the batch.** A call's rows are one matrix; the scaling runs once over it.
+
+Everything that decides *which* features exist and what they are worth is the general code
+itself, called with the same inputs in the same order: the state's parsing and leaves, the
+aligned parts, the text readings and matches, grids, lists and plans (`worker/features/*`). What
+this module re-states is the per-candidate assembly of `row.candidate_features` and
+`aligned.aligned_features`: which name gets which value. `FORMAT` names the feature space format
+that assembly was written for; a space of another format, or a kind this module does not know,
+is encoded by the general encoder (`FastEncoder.general`), as is a row whose state it cannot
+read. tests/decide/test_fast_encode.py holds both to identical matrices and decisions on the
+frozen rows of every family and on routerBench's anchor rows.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from worker.features import aligned as al
+from worker.features import context as cx
+from worker.features import ids
+from worker.features import text as tx
+from worker.features.cells import Grid, cells_at, is_cells, window_features
+from worker.features.kinds import name
+from worker.features.plans import plan_features
+from worker.features.row import candidate_features
+from worker.features.text import Text
+from worker.models.encoding import raw_matrix, squash
+from worker.models.feature_space import FORMAT as SPACE_FORMAT
+from worker.models.feature_space import FeatureSpace
+
+FORMAT = "trm-features/5"  # the feature space format whose assembly this module re-states
+TOOLS_CACHE = 1024  # candidate lists whose names and pieces are kept
+_MATCHES = ("TO:", "TC:", "TCOS:", "TN:")
+_CROSSED = ("W:", "WIN:")  # context.crossed's kinds
+# Kinds whose names are split into parts here; the rest (cells, grids, lists, plans, id ranks)
+# are looked up by their full name from the general code's own dicts.
+_SPLIT = {
+    "D": "|",
+    "GE": "|",
+    "IN": "|",
+    "COV": "|",
+    "EQ": "|",
+    "TO": "|",
+    "TC": "|",
+    "TCOS": "|",
+    "W": ":",
+    "TS": ":",
+    "X": "@",
+}
+_SINGLE = ("A", "R", "HI", "LO", "LEN", "C", "P", "N", "NAME_IN", "IDX", "IDXE")
+# The kinds this module places (the table's kinds when it was written): a kind added to the
+# table later is encoded by the general encoder until it is placed here too.
+_KNOWN = frozenset(
+    (
+        "pos",
+        "P",
+        "N",
+        "NR",
+        "NLO",
+        "GR",
+        "GLO",
+        "A",
+        "R",
+        "HI",
+        "LO",
+        "D",
+        "GE",
+        "LEN",
+        "IN",
+        "COV",
+        "EQ",
+        "NAME_IN",
+        "AT",
+        "RUN",
+        "C",
+        "L",
+        "DUP",
+        "LD",
+        "VD",
+        "IDX",
+        "IDXE",
+        "WIN",
+        "X",
+        "W",
+        "TS",
+        "TO",
+        "TC",
+        "TCOS",
+        "TN",
+        "PLEN",
+        "PMIN",
+        "PMAX",
+        "PALL",
+        "PSUM",
+        "PD",
+        "TALLY",
+        "S",
+        "OMIN",
+        "OMAX",
+    )
+)
+
+Pairs = dict[str, dict[str, int]]
+
+
+class ToolsInfo:
+    """What a candidate list alone gives: each candidate's names, lower-case id and word pieces."""
+
+    def __init__(self, tools: tuple[str, ...]) -> None:
+        self.names = [ids.names_of(t) for t in tools]
+        self.lows = [t.lower() for t in tools]
+        self.pieces = [ids.pieces_of(t) for t in tools]
+
+
+class FastEncoder:
+    """A feature space compiled for decisions. `raw(rows)` and `scaled(rows)` are the general
+    encoder's matrices for those rows (stacked: each row's candidates in turn, and each row's
+    count). `compiled` is False when the space is encoded by the general encoder throughout
+    (`reason` says why)."""
+
+    def __init__(self, space: FeatureSpace) -> None:
+        self.space = space
+        self.index = space.index
+        self.width = len(space.names)
+        self._mean = np.asarray(space.mean, dtype=np.float64)
+        self._scale = np.asarray(space.scale, dtype=np.float64)
+        self._tools: OrderedDict[tuple[str, ...], ToolsInfo] = OrderedDict()
+        self.reason = _unsupported(space)
+        self.compiled = self.reason is None
+        self.single: dict[str, dict[str, int]] = {k: {} for k in _SINGLE}
+        self.pairs: dict[str, Pairs] = {k: {} for k in _SPLIT}
+        self.pos: int | None = self.index.get(name("pos"))
+        for column, feature in enumerate(space.names):
+            prefix, _, body = feature.partition(":")
+            if prefix in self.single:
+                self.single[prefix][body] = column
+            elif prefix in _SPLIT:
+                # Every split at the separator: the name is `prefix:first<sep>second` for each,
+                # so a (first, second) a row spells finds its column exactly.
+                sep, at = _SPLIT[prefix], body.find(_SPLIT[prefix])
+                while at != -1:
+                    self.pairs[prefix].setdefault(body[:at], {})[body[at + 1 :]] = column
+                    at = body.find(sep, at + 1)
+        self.compared_keys = set(self.pairs["D"]) | set(self.pairs["GE"])
+        ranked = [b for k in ("R", "HI", "LO") for b in self.single[k]]
+        self.matches = any(n.startswith(_MATCHES) for n in space.names) or any(
+            b.startswith(_MATCHES) for b in ranked
+        )
+        # Crossed ids (`X:<name>@<id>`): per candidate id, the crossed context names it keeps.
+        self.crossed: dict[str, dict[str, int]] = {}
+        for inner, by_id in self.pairs["X"].items():
+            for low, column in by_id.items():
+                self.crossed.setdefault(low, {})[inner] = column
+        # Text words a column reads, directly (`W:`) or crossed (`X:W:...`).
+        self.words: dict[str, set[str]] = {p: set(w) for p, w in self.pairs["W"].items()}
+        for inner in self.pairs["X"]:
+            if inner.startswith("W:"):
+                at = inner.find(":", 2)
+                while at != -1:
+                    self.words.setdefault(inner[2:at], set()).add(inner[at + 1 :])
+                    at = inner.find(":", at + 1)
+
+    # ---- the matrices ---------------------------------------------------------------------------
+    def raw(self, rows: Sequence[tuple[str, Sequence[str]]]) -> tuple[np.ndarray, list[int]]:
+        """All candidates of `rows` ((state, tools) pairs) stacked, NaN where a feature is
+        absent, and each row's candidate count."""
+        counts = [len(t) for _, t in rows]
+        out = np.full((sum(counts), self.width), np.nan, dtype=np.float64)
+        start = 0
+        for (state, tools), n in zip(rows, counts, strict=True):
+            self.place(state, list(tools), out[start : start + n])
+            start += n
+        return out, counts
+
+    def scaled(self, raw: np.ndarray) -> np.ndarray:
+        """`encoding.scaled_matrix` of a stacked raw matrix (elementwise: the same numbers as
+        scaling each row's block alone)."""
+        present = ~np.isnan(raw)
+        rows, columns = np.nonzero(present)
+        out = np.zeros((raw.shape[0], 2 * raw.shape[1]), dtype=np.float32)
+        out[rows, columns] = (squash(raw[rows, columns]) - self._mean[columns]) / self._scale[
+            columns
+        ]
+        out[:, raw.shape[1] :] = present
+        return out
+
+    def general(self, state: str, tools: list[str]) -> np.ndarray:
+        return raw_matrix(self.index, state, tools)
+
+    def place(self, state_text: str, tools: list[str], out: np.ndarray) -> None:
+        """One row's raw matrix written into `out` (candidates, features), all NaN on entry."""
+        if not self.compiled:
+            out[:] = self.general(state_text, tools)
+            return
+        state = cx.parse_state(state_text)
+        self._candidates(state, tools, out)
+        plan = plan_features(state, candidate_features)
+        if plan:
+            self._put_all(plan, out)
+
+    # ---- one row, as row.candidate_features assembles it ---------------------------------------
+    def _candidates(self, state: Any, tools: list[str], out: np.ndarray) -> None:
+        n = len(tools)
+        info = self._tools_info(tools)
+        names = info.names
+        known = ids.state_names(state)
+        numbered = [
+            ids.numbers_outside_names(t, ns & known) for t, ns in zip(tools, names, strict=True)
+        ]
+        aligned: list[list[tuple[str, Any]]] = []
+        bags: list[dict[str, frozenset[str]]] = []
+        roots: set[str] = set()
+        for tool_names, parts in zip(names, al.aligned_parts(state, names), strict=True):
+            mine: list[tuple[str, Any]] = []
+            if self.matches:
+                bags.append(tx.aligned_bags(parts))
+            for path, sub in parts:
+                concrete = al.concrete_root(state, path, tool_names)
+                if concrete:
+                    roots.add(concrete)
+                if isinstance(sub, dict | list):
+                    mine += [(f"{path}.{p}" if p else path, v) for p, v in cx.leaves(sub)]
+                else:
+                    mine += [(path, v) for _, v in cx.leaves(sub)]
+            aligned.append(mine)
+        context = cx.context_leaves(state, roots)
+        ctx_numbers: list[tuple[str, float]] = []
+        ctx_lists: list[tuple[str, tuple[str, ...]]] = []
+        ctx_strings: list[tuple[str, str]] = []
+        ctx_sets: list[tuple[str, frozenset[str]]] = []
+        grids: list[tuple[str, Grid]] = []
+        texts: list[tuple[str, Text]] = []
+        by_value: dict[str, str] = {}
+        for cpath, value in context:
+            if isinstance(value, float):
+                ctx_numbers.append((cpath, value))
+            elif isinstance(value, str):
+                ctx_strings.append((cpath, value))
+                by_value.setdefault(value, cpath)
+            elif isinstance(value, frozenset):
+                ctx_sets.append((cpath, value))
+            elif isinstance(value, tuple):
+                ctx_lists.append((cpath, value))
+            elif isinstance(value, Grid):
+                grids.append((cpath, value))
+            elif isinstance(value, Text):
+                texts.append((cpath, value))
+        ctx_numbers = ctx_numbers[: al.MAX_CONTEXT]
+        for mine in aligned:
+            mine += al.looked_up(mine, by_value)
+        readings = tx.context_texts(texts)
+        matches = tx.match_features(readings, bags, tools) if self.matches else None
+        lists = cx.number_lists(context)
+
+        # The shared context features (the same for every candidate): (name, value) in the
+        # general encoder's order, and their columns.
+        shared: dict[str, float] = {}
+        for tpath, reading in readings.items():
+            words = self.words.get(tpath)
+            if words:
+                for word, count in reading.counts.items():
+                    if word in words:
+                        shared[name("W", tpath, word)] = float(count)
+            stats = self.pairs["TS"].get(tpath)
+            if stats:
+                for stat, value in reading.stats.items():
+                    if stat in stats:
+                        shared[name("TS", tpath, stat)] = value
+        if grids:
+            shared.update(window_features(grids, lists))
+        shared.update(cx.list_differences(lists))
+        shared_cols = self._columns(shared)
+
+        columns: dict[str, list[float]] = {}
+        for mine in aligned:
+            for path, value in mine:
+                if isinstance(value, float):
+                    columns.setdefault(path, []).append(value)
+
+        single, pairs = self.single, self.pairs
+        a_col, r_col, hi_col, lo_col = single["A"], single["R"], single["HI"], single["LO"]
+        len_col, c_col, p_col, n_col = single["LEN"], single["C"], single["P"], single["N"]
+        cov, inn, eq = pairs["COV"], pairs["IN"], pairs["EQ"]
+        d_pairs, ge_pairs = pairs["D"], pairs["GE"]
+        c_place = [(c_col[p], v) for p, v in ctx_numbers if p in c_col]
+        name_in = single["NAME_IN"]
+        for i in range(n):
+            f: dict[int, float] = {}
+            # ids.id_features
+            if self.pos is not None:
+                f[self.pos] = i / max(1, n - 1)
+            for piece in info.pieces[i]:
+                j = p_col.get(piece)
+                if j is not None:
+                    f[j] = 1.0
+            numbers = ids.id_numbers(numbered[i])
+            own: list[tuple[str, float]] = []
+            for k, number in enumerate(numbers):
+                j = n_col.get(str(k))
+                if j is not None:
+                    f[j] = float(number)
+                own.append((name("N", k), float(number)))
+            # aligned.aligned_features
+            for path, value in aligned[i]:
+                if isinstance(value, float):
+                    j = a_col.get(path)
+                    if j is not None:
+                        f[j] = value
+                    column = columns[path]
+                    j = r_col.get(path)
+                    if j is not None:
+                        f[j] = sum(v < value for v in column) / len(column)
+                    j = hi_col.get(path)
+                    if j is not None:
+                        f[j] = value - max(column)
+                    j = lo_col.get(path)
+                    if j is not None:
+                        f[j] = value - min(column)
+                    own.append((name("A", path), value))
+                elif isinstance(value, frozenset):
+                    j = len_col.get(path)
+                    if j is not None:
+                        f[j] = float(len(value))
+                    wanted = cov.get(path)
+                    if wanted:
+                        for cpath, cset in ctx_sets:
+                            j = wanted.get(cpath)
+                            if cset and j is not None:
+                                f[j] = len(cset & value) / len(cset)
+                    wanted = inn.get(path)
+                    if wanted:
+                        for cpath, cstr in ctx_strings:
+                            j = wanted.get(cpath)
+                            if j is not None:
+                                f[j] = float(cstr in value)
+                elif isinstance(value, str):
+                    wanted = eq.get(path)
+                    if wanted:
+                        for cpath, cstr in ctx_strings:
+                            j = wanted.get(cpath)
+                            if cstr == value and j is not None:
+                                f[j] = 1.0
+                    if is_cells(value):
+                        cells: dict[str, float] = {}
+                        own += cells_at(value, path, numbers, cells)
+                        self._put(cells, f)
+            # aligned.compared
+            for key, value in own[: al.MAX_ALIGNED]:
+                if key not in self.compared_keys:
+                    continue
+                d_wanted, ge_wanted = d_pairs.get(key), ge_pairs.get(key)
+                for cpath, cvalue in ctx_numbers:
+                    if d_wanted is not None and (j := d_wanted.get(cpath)) is not None:
+                        f[j] = value - float(cvalue)
+                    if ge_wanted is not None and (j := ge_wanted.get(cpath)) is not None:
+                        f[j] = float(value >= cvalue)
+            for j, cvalue in c_place:
+                f[j] = float(cvalue)
+            # aligned.name_in
+            if name_in:
+                for cpath, cset in ctx_sets:
+                    j = name_in.get(cpath)
+                    if j is not None and names[i] & cset:
+                        f[j] = 1.0
+                for cpath, cstr in ctx_strings:
+                    j = name_in.get(cpath)
+                    if j is not None and cstr in names[i]:
+                        f[j] = 1.0
+            if ctx_lists:
+                self._put(cx.list_places(ctx_lists, names[i]), f)
+            if matches is not None:
+                self._put(matches[i], f)
+            f.update(shared_cols)
+            if n <= cx.MAX_CROSSED_CANDIDATES:
+                crossed = self.crossed.get(info.lows[i])
+                if crossed:
+                    for key, value in shared.items():
+                        j = crossed.get(key)
+                        if j is not None and key.startswith(_CROSSED) and " " not in key:
+                            f[j] = value
+            if f:
+                out[i, list(f)] = list(f.values())
+        # aligned.ranks of the text matches, ids.id_number_ranks, context.list_shapes: into
+        # dicts as the general code writes them, then their kept columns.
+        later: list[dict[str, float]] = [{} for _ in tools]
+        if matches is not None:
+            al.ranks(matches, later)
+        ids.id_number_ranks(numbered, later)
+        shapes = cx.list_shapes(state, roots)
+        for i, features in enumerate(later):
+            features.update(shapes)
+            placed = self._columns(features)
+            if placed:
+                out[i, list(placed)] = list(placed.values())
+
+    # ---- helpers --------------------------------------------------------------------------------
+    def _columns(self, features: dict[str, float]) -> dict[int, float]:
+        get = self.index.get
+        out: dict[int, float] = {}
+        for feature, value in features.items():
+            j = get(feature)
+            if j is not None:
+                out[j] = value
+        return out
+
+    def _put(self, features: dict[str, float], f: dict[int, float]) -> None:
+        get = self.index.get
+        for feature, value in features.items():
+            j = get(feature)
+            if j is not None:
+                f[j] = value
+
+    def _put_all(self, features: dict[str, float], out: np.ndarray) -> None:
+        placed = self._columns(features)
+        if placed:
+            out[:, list(placed)] = list(placed.values())
+
+    def _tools_info(self, tools: list[str]) -> ToolsInfo:
+        key = tuple(tools)
+        info = self._tools.get(key)
+        if info is None:
+            info = self._tools[key] = ToolsInfo(key)
+            if len(self._tools) > TOOLS_CACHE:
+                self._tools.popitem(last=False)
+        else:
+            self._tools.move_to_end(key)
+        return info
+
+
+def _unsupported(space: FeatureSpace) -> str | None:
+    """Why the general encoder must encode this space throughout, or None."""
+    if SPACE_FORMAT != FORMAT:
+        return f"the feature space format is {SPACE_FORMAT}; this encoder was written for {FORMAT}"
+    unknown = sorted({n.partition(":")[0] for n in space.names} - _KNOWN)
+    if unknown:
+        return f"feature kinds it does not compile: {', '.join(unknown)}"
+    return None
