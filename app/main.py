@@ -29,6 +29,7 @@ from app.routes import (
     benches,
     controllers,
     dashboard,
+    datasets,
     events,
     health,
     runs,
@@ -55,8 +56,10 @@ class BodyLimit:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (
-            scope["method"] == "PUT" and "/artifacts/" in scope["path"]
-        ):  # artifact uploads stream to disk with a checksum (app/routes/uploads.py)
+            scope["method"] == "PUT"
+            and ("/artifacts/" in scope["path"] or scope["path"].startswith("/datasets/"))
+        ):  # uploads stream to disk with a checksum and their own limits (routes/uploads.py,
+            # routes/datasets.py)
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
@@ -161,7 +164,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_handlers(app)
     auth = [Depends(require_token), Depends(runs.refuse_unstorable_request)]
-    for module in (runs, events, artifacts, uploads, benches, workers, controllers):
+    for module in (runs, events, artifacts, uploads, benches, workers, controllers, datasets):
         app.include_router(module.router, dependencies=auth)
     app.include_router(health.router)
     # The MCP server (trm_mcp) calls this same API in-process, with the caller's token.
@@ -195,7 +198,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return get_swagger_ui_html(openapi_url="/openapi.json", title=app.title)
 
     app.add_middleware(
-        BrowserGuard, bind=settings.api_host, allowed_hosts=settings.allowed_hosts.split(",")
+        BrowserGuard,
+        bind=settings.api_host,
+        allowed_hosts=settings.allowed_hosts.split(","),
+        open_api=settings.api_token is None,
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app

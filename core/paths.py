@@ -75,11 +75,20 @@ def outside_message(value: str, root_name: str) -> str:
     return f"{value!r} is outside {root_name}; only paths under it are read"
 
 
+def data_dir_hint(data_dir: Path) -> str:
+    """What a refusal for a path outside DATA_DIR adds: where it is, and how data gets there."""
+    return (
+        f"; TRM_DATA_DIR is {data_dir} on the API host: put data there with `trm data push DIR "
+        '--name NAME` (PUT /datasets/NAME) and name it in a source as {"dataset": "NAME"}'
+    )
+
+
 def confine(value: str, field: str, root: Path, root_name: str = "TRM_DATA_DIR") -> Path:
     """API side: the resolved path of `value` under `root`, else a 422 naming `field`."""
     path = confined(value, root)
     if path is None:
-        raise _refuse(field, outside_message(value, root_name))
+        hint = data_dir_hint(root) if root_name == "TRM_DATA_DIR" else ""
+        raise _refuse(field, outside_message(value, root_name) + hint)
     return path
 
 
@@ -102,7 +111,9 @@ def spec_path_fields(spec: dict[str, Any]) -> list[tuple[str, list[Any], Any]]:
     corpus = spec.get("corpus")
     if isinstance(corpus, dict) and isinstance(corpus.get("sources"), list):
         for i, source in enumerate(corpus["sources"]):
-            if isinstance(source, dict) and isinstance(source.get("path"), str):
+            if not isinstance(source, dict) or source.get("dataset") is not None:
+                continue  # a data set's path is inside it: resolve_datasets fills it in
+            if isinstance(source.get("path"), str):
                 found.append((f"corpus.sources[{i}].path", source, "path"))  # type: ignore[arg-type]
     if isinstance(spec.get("results_jsonl"), str):
         found.append(("results_jsonl", spec, "results_jsonl"))  # type: ignore[arg-type]
@@ -149,12 +160,58 @@ def installed_data() -> set[str]:
     return {folder} if folder else set()
 
 
+def corpus_sources(spec: dict[str, Any], prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """(field name, source) of every corpus source a spec names (a search's base too)."""
+    found = []
+    corpus = spec.get("corpus")
+    if isinstance(corpus, dict) and isinstance(corpus.get("sources"), list):
+        for i, source in enumerate(corpus["sources"]):
+            if isinstance(source, dict):
+                found.append((f"{prefix}corpus.sources[{i}]", source))
+    if isinstance(spec.get("base"), dict):
+        found.extend(corpus_sources(spec["base"], f"{prefix}base."))
+    return found
+
+
+def resolve_datasets(spec: dict[str, Any], data_dir: Path) -> None:
+    """A source naming `dataset` reads inside DATA_DIR/datasets/<name>/: its `path` becomes that
+    folder (or the path given, inside it), resolved, and `dataset` leaves the stored spec, which
+    names what the worker reads. An unknown name: a 422 listing the known ones."""
+    from core import datasets
+
+    for field, source in corpus_sources(spec):
+        if "dataset" not in source:
+            continue
+        name = source.pop("dataset")
+        if name is None:
+            continue
+        known = datasets.names(data_dir)
+        if name not in known:
+            raise _refuse(
+                f"{field}.dataset",
+                f"no data set {name!r}; known: {', '.join(known) or 'none'} (trm data list); "
+                f"push one with `trm data push DIR --name {name}` (PUT /datasets/{name})",
+            )
+        inner = source.get("path") or "."
+        folder = datasets.folder_of(data_dir, name)
+        path = None if Path(inner).is_absolute() else confined(inner, folder)
+        if path is None:
+            raise _refuse(
+                f"{field}.path",
+                f"{inner!r}: beside dataset, path is a file or folder inside the data set, "
+                "relative to its top (no absolute path, no '..')",
+            )
+        source["path"] = str(path)
+
+
 def resolve_api_paths(
     spec: dict[str, Any], data_dir: Path, model_cache: Path | None = None
 ) -> None:
-    """Rewrite a submitted spec's data paths to resolved paths under DATA_DIR; check that base
-    models stay under MODEL_CACHE (names are kept: the worker looks them up there) and that bench
-    sides are well-formed references. Any refusal is a 422 naming the field."""
+    """Rewrite a submitted spec's data paths to resolved paths under DATA_DIR (a data set's to
+    its folder); check that base models stay under MODEL_CACHE (names are kept: the worker looks
+    them up there) and that bench sides are well-formed references. Any refusal is a 422 naming
+    the field."""
+    resolve_datasets(spec, data_dir)
     installed = installed_data()
     for field, container, key in spec_path_fields(spec):
         if container[key] in installed:  # a package's own data folder: read-only, not a user's

@@ -76,6 +76,11 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(default=2 * 1024**3, ge=1)
     run_dir_quota_bytes: int = Field(default=20 * 1024**3, ge=1)
     min_free_bytes: int = Field(default=512 * 1024**2, ge=0)
+    # Data sets (`PUT /datasets/{name}`, core/datasets.py): the largest upload (the archive as
+    # sent), the most files one may unpack to, and the most bytes they may hold unpacked.
+    max_dataset_bytes: int = Field(default=1024**3, ge=1)
+    max_dataset_files: int = Field(default=10_000, ge=1)
+    max_dataset_unpacked_bytes: int = Field(default=4 * 1024**3, ge=1)
 
     # FastAPI's built-in OpenTelemetry middleware: off unless asked for, since with no provider
     # configured it still costs a third of an SSE connection's set-up (an environment lookup per

@@ -21,31 +21,47 @@ MAX_SOURCES, MAX_NAMES, MAX_MAP = 64, 1000, 100_000
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 # A controller's name (core/controllers.py's rule).
 CONTROLLER_NAME = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+# A data set's name (core/datasets.py): its folder DATA_DIR/datasets/<name>/.
+DATASET_NAME = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+PATH_HELP = "a file or folder under DATA_DIR; with dataset, one inside the data set (default: all)"
 
 
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class TrmPlayRootSource(StrictModel):
+class LogFiles(StrictModel):
+    """A source of log files names them by `path`, or by `dataset`: a data set pushed with
+    `trm data push` (`trm data list`), whose folder the API fills in as the path (`path`, if
+    given too, is then relative inside the data set)."""
+
+    path: str = Field(default="", max_length=4096, description=PATH_HELP)
+    dataset: str | None = Field(default=None, pattern=DATASET_NAME)
+
+    @model_validator(mode="after")
+    def _path_or_dataset(self) -> LogFiles:
+        if self.dataset is None and not self.path:
+            raise ValueError("give path (under DATA_DIR) or dataset (a data set's name)")
+        return self
+
+
+class TrmPlayRootSource(LogFiles):
     """`<path>/worlds/*/trm_traces.jsonl`, the play logs of an AICOO/TRM setup (or `trm envs`)."""
 
     type: Literal["trm_play_root"]
     name: Name
-    path: str = Field(max_length=4096)
     # "PICK n" counts candidates from 0 (the original traces); a row may override with `pick_base`.
     pick_base: Literal[0, 1] = 0
     # Run name for every row that names none (default: the source name).
     run: str | None = None
 
 
-class JsonlSource(StrictModel):
+class JsonlSource(LogFiles):
     """A JSONL file (or a folder of `*.jsonl`): rows already normalized, or reasoning traces
     mapped field by field (dotted paths such as `obs.position`)."""
 
     type: Literal["jsonl"]
     name: Name
-    path: str = Field(max_length=4096)
     mode: Literal["normalized", "reasoning_trace"] = "normalized"
     state_fields: list[str] = Field(default_factory=list, max_length=MAX_NAMES)
     tools_field: str | None = None
@@ -84,13 +100,12 @@ class JsonlSource(StrictModel):
         return self
 
 
-class RouterJsonlSource(StrictModel):
+class RouterJsonlSource(LogFiles):
     """Router rows: `input.prompt_text`, `output.{route, intent, adapter_id, expert_id,
     prompt_family, tool_caps, rationale}`."""
 
     type: Literal["router_jsonl"]
     name: Name
-    path: str = Field(max_length=4096)
     # The candidate routes of every row; default: every route seen in this source, sorted.
     routes: list[str] | None = Field(default=None, max_length=MAX_NAMES)
 

@@ -1,0 +1,210 @@
+"""Data sets: `PUT /datasets/{name}` (upload), `GET /datasets`, `GET /datasets/{name}` (what a
+dry corpus build would read), `DELETE /datasets/{name}`. What an archive may hold, and where a
+data set lives, is core/datasets.py; what the show reads, core/dataset_show.py.
+
+The upload is the body itself (a tar, tar.gz, zip or one JSONL file), streamed to disk in chunks
+and never held in memory: its `Content-Length` is checked against `TRM_MAX_DATASET_BYTES` before
+a byte is read (413), and so is the running count for a body sent without one. `X-Content-SHA256`
+(the body's sha256, hex) is required and checked against what arrived (422), so a cut or altered
+upload is never kept. Same token as every state-changing route; app/guard.py lets a PUT carry
+its own content type (the Origin and Host checks still apply).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import re
+import shutil
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel
+from sqlmodel import Session
+
+from app.deps import AppState, caller, session, state
+from core import datasets
+from core.dataset_show import DatasetShow, show
+from core.datasets import DatasetMeta, Limits, refuse
+from core.errors import ApiError
+
+router = APIRouter(tags=["datasets"])
+SHA256_HEADER = "X-Content-SHA256"
+HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
+# What a client may say the body is; none at all is fine too (the first bytes decide).
+CONTENT_TYPES = frozenset(
+    {
+        "application/octet-stream",
+        "application/x-tar",
+        "application/tar",
+        "application/gzip",
+        "application/x-gzip",
+        "application/x-compressed-tar",
+        "application/zip",
+        "application/x-zip-compressed",
+        "application/x-ndjson",
+        "application/jsonl",
+        "application/x-jsonlines",
+        "application/json",
+    }
+)
+FILENAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,200}\.jsonl$")
+
+
+class DatasetList(BaseModel):
+    datasets: list[DatasetMeta]
+    data_dir: str
+
+
+class Pushed(BaseModel):
+    dataset: DatasetMeta
+    replaced: bool
+    show: DatasetShow
+
+
+def _too_large(size: int, limit: int) -> ApiError:
+    return refuse(
+        413,
+        "payload_too_large",
+        f"the upload is {size} bytes or more; a data set upload is at most {limit} bytes "
+        "(TRM_MAX_DATASET_BYTES): split the logs into several data sets, or ask the operator "
+        "to raise it",
+        "body",
+    )
+
+
+def _check_headers(request: Request, sha256: str | None, limit: int) -> str:
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind and kind not in CONTENT_TYPES:
+        raise refuse(
+            415,
+            "unsupported_media_type",
+            f"Content-Type {kind[:100]!r} is not an archive; send a .tar, .tar.gz or .zip "
+            "(application/x-tar, application/gzip, application/zip) or one .jsonl file "
+            "(application/x-ndjson)",
+            "Content-Type",
+        )
+    if sha256 is None or not HEX64.match(sha256):
+        raise refuse(
+            400,
+            "checksum_required",
+            f"send the body's sha256 as 64 hex digits in the {SHA256_HEADER} header "
+            "(`sha256sum FILE`; trm data push sends it)",
+            SHA256_HEADER,
+        )
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _too_large(int(declared), limit)
+    return sha256.lower()
+
+
+@router.put("/datasets/{name}", status_code=201, response_model=Pushed)
+async def push_dataset(
+    name: str,
+    request: Request,
+    app: Annotated[AppState, Depends(state)],
+    db: Annotated[Session, Depends(session)],
+    x_content_sha256: Annotated[str | None, Header()] = None,
+    replace: bool = False,
+    filename: str | None = None,
+) -> Pushed:
+    """Upload data set `name` (201): the body is a .tar, .tar.gz, .zip or one .jsonl file
+    (`filename`, default `<name>.jsonl`). An existing name is a 409 unless `replace=true`."""
+    settings = app.settings
+    datasets.check_name(name)
+    limit = settings.max_dataset_bytes
+    expected = _check_headers(request, x_content_sha256, limit)
+    if filename is not None and not FILENAME.match(filename):
+        raise refuse(
+            422,
+            "validation_error",
+            f"query.filename: {filename[:100]!r} must be a plain name ending in .jsonl",
+            "query.filename",
+        )
+    data_dir = settings.data_dir
+    present = (datasets.folder_of(data_dir, name) / datasets.META).is_file()
+    if present and not replace:
+        raise datasets.exists(name)
+    if present:
+        readers = await run_in_threadpool(datasets.readers, db, data_dir, name)
+        if readers:
+            raise datasets.in_use(readers, name, "replace it")
+    scratch = await run_in_threadpool(datasets.incoming, data_dir)
+    try:
+        body = scratch / "upload"
+        digest, size = hashlib.sha256(), 0
+        with body.open("wb") as fh:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(size, limit)
+                digest.update(chunk)
+                fh.write(chunk)
+        if digest.hexdigest() != expected:
+            raise refuse(
+                422,
+                "checksum_mismatch",
+                f"the body's sha256 is {digest.hexdigest()}, {SHA256_HEADER} said {expected}: "
+                "the upload was cut or altered on the way; send it again",
+                SHA256_HEADER,
+            )
+        fmt = await run_in_threadpool(datasets.sniff, body)
+        if fmt is None:
+            raise refuse(
+                422,
+                "unknown_format",
+                "the body is not a tar, tar.gz or zip archive, nor a JSONL file (its first "
+                "bytes say none of these); send the folder of logs as one of them",
+                "body",
+            )
+        tree = scratch / "tree"
+        limits = Limits(settings.max_dataset_files, settings.max_dataset_unpacked_bytes)
+        unpacked = await run_in_threadpool(
+            datasets.unpack, body, fmt, tree, limits, filename or f"{name}.jsonl"
+        )
+        meta = datasets.new_meta(name, expected, size, fmt, unpacked, caller(request))
+        await run_in_threadpool(datasets.install, tree, meta, data_dir, scratch, present)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise ApiError(
+                507,
+                "disk_full",
+                f"no space left on the disk of TRM_DATA_DIR ({data_dir}) for data set {name}",
+                {"disk": str(data_dir)},
+            ) from None
+        raise
+    finally:
+        await run_in_threadpool(shutil.rmtree, scratch, True)
+    folder = datasets.folder_of(data_dir, name)
+    view = await run_in_threadpool(show, folder, meta)
+    return Pushed(dataset=meta, replaced=present, show=view)
+
+
+@router.get("/datasets", response_model=DatasetList)
+def list_datasets(app: Annotated[AppState, Depends(state)]) -> DatasetList:
+    data_dir = app.settings.data_dir
+    return DatasetList(datasets=datasets.list_all(data_dir), data_dir=str(data_dir))
+
+
+@router.get("/datasets/{name}", response_model=DatasetShow)
+def show_dataset(name: str, app: Annotated[AppState, Depends(state)]) -> DatasetShow:
+    data_dir = app.settings.data_dir
+    meta = datasets.load(data_dir, name)
+    return show(datasets.folder_of(data_dir, name), meta)
+
+
+@router.delete("/datasets/{name}", response_model=DatasetMeta)
+def delete_dataset(
+    name: str,
+    app: Annotated[AppState, Depends(state)],
+    db: Annotated[Session, Depends(session)],
+) -> DatasetMeta:
+    """Delete data set `name`; a 409 while an unfinished run reads it."""
+    data_dir = app.settings.data_dir
+    meta = datasets.load(data_dir, name)
+    readers = datasets.readers(db, data_dir, name)
+    if readers:
+        raise datasets.in_use(readers, name, "delete it")
+    datasets.remove(data_dir, name)
+    return meta

@@ -1,0 +1,444 @@
+"""Data sets: folders of logs a client hands the service (`PUT /datasets/{name}`, `trm data push`),
+kept at `DATA_DIR/datasets/<name>/`. A corpus source names one as `{"dataset": "<name>"}` (the
+API resolves it to that folder, core/paths.py), so every source reads a data set as it reads any
+folder under DATA_DIR, on every host that sees DATA_DIR: nothing changes for workers.
+
+An upload arrives as a tar, a tar.gz, a zip or a single JSONL file, told apart by its first bytes.
+It is unpacked into a temporary folder under `DATA_DIR/datasets/.incoming/` and renamed into place
+in one step: a reader never sees half a data set, and an upload that fails leaves nothing.
+
+What an archive may hold is decided here, member by member, before a byte of it is written:
+- plain files and folders only: a symlink, a hard link, a device, a fifo or a sparse file is
+  refused, named;
+- every path relative and inside the data set: no absolute path, no `..`, no backslash; each part
+  `[A-Za-z0-9_][A-Za-z0-9._+=@,-]*`, at most 16 deep; hidden parts (`.DS_Store`, `._x`,
+  `__MACOSX/`) are skipped and listed, never written (so nothing can plant the data set's own
+  `.dataset.json`);
+- at most `TRM_MAX_DATASET_FILES` members and `TRM_MAX_DATASET_UNPACKED_BYTES` bytes, counted
+  from each member's declared size before it is read and again as its bytes are written, so a
+  bomb (many members, or a few that inflate) stops at the limit; a zip's member count is read
+  from its end record before its directory is parsed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import tarfile
+import uuid
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Literal
+
+from pydantic import BaseModel
+from sqlmodel import Session, col, select
+
+from core.errors import ApiError
+from core.models import Run, utcnow
+from core.paths import spec_path_fields
+from core.schemas.corpus import DATASET_NAME
+
+NAME = re.compile(DATASET_NAME)
+FOLDER = "datasets"
+META = ".dataset.json"
+INCOMING = ".incoming"
+UPLOAD_ROUTE = "PUT /datasets/{name}"
+PUSH_VERB = "trm data push DIR --name NAME"
+PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+=@,-]{0,254}$")
+MAX_DEPTH, MAX_MEMBER_PATH = 16, 1024
+CHUNK = 1 << 20
+# Runs that may still read their data: a data set they read is not deleted or replaced under them.
+ACTIVE_STATUSES = ("queued", "running", "interrupted")
+
+Format = Literal["tar", "tar.gz", "zip", "jsonl"]
+
+
+class DatasetMeta(BaseModel):
+    """What `GET /datasets` lists; stored as the data set's `.dataset.json`."""
+
+    name: str
+    sha256: str
+    bytes: int  # the upload as sent
+    format: str
+    files: int
+    unpacked_bytes: int
+    skipped: list[str]  # hidden members left out, by their name in the archive
+    created_at: datetime
+    created_by: str
+
+
+@dataclass
+class Limits:
+    max_files: int
+    max_unpacked_bytes: int
+
+
+@dataclass
+class Unpacked:
+    files: int = 0
+    unpacked_bytes: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+
+def refuse(status: int, code: str, message: str, field_name: str) -> ApiError:
+    return ApiError(status, code, message, [{"field": field_name, "message": message}])
+
+
+def check_name(name: str) -> str:
+    if not NAME.match(name):
+        raise refuse(
+            422,
+            "validation_error",
+            f"path.name: {name[:80]!r} is not a data set name: 1-64 characters, lower-case "
+            "letters, digits, '.', '_' and '-', starting with a letter or digit",
+            "path.name",
+        )
+    return name
+
+
+def root_of(data_dir: Path) -> Path:
+    return data_dir / FOLDER
+
+
+def folder_of(data_dir: Path, name: str) -> Path:
+    return root_of(data_dir) / check_name(name)
+
+
+def names(data_dir: Path) -> list[str]:
+    """The data sets there are: folders of DATA_DIR/datasets/ holding their `.dataset.json`."""
+    top = root_of(data_dir)
+    if not top.is_dir():
+        return []
+    return sorted(p.name for p in top.iterdir() if NAME.match(p.name) and (p / META).is_file())
+
+
+def load(data_dir: Path, name: str) -> DatasetMeta:
+    path = folder_of(data_dir, name) / META
+    try:
+        return DatasetMeta.model_validate_json(path.read_bytes())
+    except (FileNotFoundError, NotADirectoryError):
+        raise not_found(data_dir, name) from None
+
+
+def not_found(data_dir: Path, name: str) -> ApiError:
+    known = names(data_dir)
+    return ApiError(
+        404,
+        "not_found",
+        f"no data set {name!r}; known: {', '.join(known) or 'none'} (GET /datasets, trm data "
+        f"list); push one with {PUSH_VERB}",
+        {"name": name, "known": known},
+    )
+
+
+def list_all(data_dir: Path) -> list[DatasetMeta]:
+    out = []
+    for name in names(data_dir):
+        try:
+            out.append(load(data_dir, name))
+        except (ApiError, ValueError):  # removed meanwhile, or a hand-edited meta
+            continue
+    return out
+
+
+def sniff(path: Path) -> Format | None:
+    """The upload's format from its first bytes; None when it is none of ours."""
+    with path.open("rb") as fh:
+        head = fh.read(512)
+    if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+        return "zip"
+    if head.startswith(b"\x1f\x8b"):
+        return "tar.gz"
+    if len(head) >= 262 and head[257:262] == b"ustar":
+        return "tar"
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text.startswith(b"{") or (not text and head):
+        return "jsonl"
+    return None
+
+
+def member_path(name: str) -> str | None:
+    """The safe relative path of an archive member ("" for the archive's own root folder), None
+    for a hidden one (skipped); a 422 naming the member for anything that could leave the data
+    set or is not a plain name."""
+    shown = name[:200]
+    if name.startswith("/") or re.match(r"^[A-Za-z]:", name) or "\\" in name:
+        raise _unsafe(shown, "an absolute path or a backslash; members must be relative paths")
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise _unsafe(shown, "a '..' part, which would leave the data set's folder")
+    if not parts:
+        return ""
+    if any(p.startswith(".") for p in parts) or parts[0] == "__MACOSX":
+        return None
+    if len(parts) > MAX_DEPTH or len(name) > MAX_MEMBER_PATH:
+        raise _unsafe(shown, f"deeper than {MAX_DEPTH} folders or longer than {MAX_MEMBER_PATH}")
+    bad = next((p for p in parts if not PART.match(p)), None)
+    if bad is not None:
+        raise _unsafe(
+            shown,
+            f"the part {bad[:80]!r} has a character outside letters, digits and ._+=@,- (or "
+            "starts with one of .+=@,-)",
+        )
+    return "/".join(parts)
+
+
+def _unsafe(name: str, why: str) -> ApiError:
+    return refuse(422, "unsafe_member", f"archive member {name!r}: {why}", "body")
+
+
+def _too_many(limit: int) -> ApiError:
+    return refuse(
+        413,
+        "too_many_files",
+        f"the archive holds more than {limit} members (TRM_MAX_DATASET_FILES); split it into "
+        "several data sets or ask the operator to raise the limit",
+        "body",
+    )
+
+
+def _too_large_unpacked(limit: int) -> ApiError:
+    return refuse(
+        413,
+        "unpacked_too_large",
+        f"the archive unpacks to more than {limit} bytes (TRM_MAX_DATASET_UNPACKED_BYTES)",
+        "body",
+    )
+
+
+class _Writer:
+    """Writes members into `tree`, counting them and their bytes against the limits."""
+
+    def __init__(self, tree: Path, limits: Limits) -> None:
+        self.tree, self.limits, self.out = tree, limits, Unpacked()
+        self.members, self.declared = 0, 0
+
+    def member(self, declared: int) -> None:
+        self.members += 1
+        if self.members > self.limits.max_files:
+            raise _too_many(self.limits.max_files)
+        self.declared += max(declared, 0)
+        if self.declared > self.limits.max_unpacked_bytes:
+            raise _too_large_unpacked(self.limits.max_unpacked_bytes)
+
+    def folder(self, rel: str) -> None:
+        if rel:
+            self._place(rel).mkdir(exist_ok=True)
+
+    def _place(self, rel: str) -> Path:
+        target = self.tree.joinpath(*rel.split("/"))
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise _unsafe(rel, "a folder of it is also a file in the archive") from None
+        return target
+
+    def file(self, rel: str, source: IO[bytes]) -> None:
+        target = self._place(rel)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            fd = os.open(target, flags, 0o644)
+        except (FileExistsError, IsADirectoryError):
+            raise _unsafe(rel, "it appears twice in the archive") from None
+        with os.fdopen(fd, "wb") as out:
+            while chunk := source.read(CHUNK):
+                self.out.unpacked_bytes += len(chunk)
+                if self.out.unpacked_bytes > self.limits.max_unpacked_bytes:
+                    raise _too_large_unpacked(self.limits.max_unpacked_bytes)
+                out.write(chunk)
+        self.out.files += 1
+
+
+def _member_kind(kind: str) -> str:
+    return f"a {kind}; a data set holds only plain files and folders"
+
+
+def unpack_tar(body: Path, writer: _Writer) -> None:
+    # `for member in tar` reads one header at a time: a member count over the limit stops here,
+    # before the rest of the archive is looked at.
+    with tarfile.open(body, mode="r:*") as tar:
+        for member in tar:
+            writer.member(member.size)
+            rel = member_path(member.name)
+            if member.issym() or member.islnk():
+                raise _unsafe(member.name[:200], _member_kind("link"))
+            if member.isdir():
+                if rel:
+                    writer.folder(rel)
+                continue
+            if not member.isreg() or member.issparse():
+                raise _unsafe(member.name[:200], _member_kind("device, fifo or sparse file"))
+            if rel is None:
+                writer.out.skipped.append(member.name[:200])
+                continue
+            source = tar.extractfile(member)
+            if source is not None:
+                writer.file(rel, source)
+
+
+def zip_entries(body: Path) -> int | None:
+    """The member count a zip's end record declares (zip64 too), read before the directory."""
+    size = body.stat().st_size
+    with body.open("rb") as fh:
+        fh.seek(max(0, size - 65_558))
+        tail = fh.read()
+        at = tail.rfind(b"PK\x05\x06")
+        if at < 0 or len(tail) - at < 22:
+            return None
+        count = int.from_bytes(tail[at + 10 : at + 12], "little")
+        locator = at - 20
+        if count == 0xFFFF and locator >= 0 and tail[locator : locator + 4] == b"PK\x06\x07":
+            fh.seek(int.from_bytes(tail[locator + 8 : locator + 16], "little"))
+            record = fh.read(56)
+            if record[:4] == b"PK\x06\x06":
+                count = int.from_bytes(record[32:40], "little")
+    return count
+
+
+def unpack_zip(body: Path, writer: _Writer) -> None:
+    declared = zip_entries(body)
+    if declared is not None and declared > writer.limits.max_files:
+        raise _too_many(writer.limits.max_files)
+    with zipfile.ZipFile(body) as archive:
+        for info in archive.infolist():
+            writer.member(info.file_size)
+            rel = member_path(info.filename)
+            mode = info.external_attr >> 16
+            if stat.S_ISLNK(mode):
+                raise _unsafe(info.filename[:200], _member_kind("link"))
+            if stat.S_IFMT(mode) not in (0, stat.S_IFREG, stat.S_IFDIR):
+                raise _unsafe(info.filename[:200], _member_kind("device or fifo"))
+            if info.flag_bits & 0x1:
+                raise _unsafe(info.filename[:200], "encrypted; send it unencrypted")
+            if info.is_dir():
+                if rel:
+                    writer.folder(rel)
+                continue
+            if rel is None:
+                writer.out.skipped.append(info.filename[:200])
+                continue
+            with archive.open(info) as source:
+                writer.file(rel, source)
+
+
+def unpack(body: Path, fmt: Format, tree: Path, limits: Limits, filename: str) -> Unpacked:
+    """Unpack the upload `body` into the new folder `tree`; a 422/413 names what is wrong."""
+    tree.mkdir(parents=True)
+    writer = _Writer(tree, limits)
+    try:
+        if fmt == "zip":
+            unpack_zip(body, writer)
+        elif fmt == "jsonl":
+            writer.member(body.stat().st_size)
+            with body.open("rb") as source:
+                writer.file(filename, source)
+        else:
+            unpack_tar(body, writer)
+    except (tarfile.TarError, zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
+        raise refuse(
+            422,
+            "bad_archive",
+            f"the {fmt} archive cannot be read: {str(exc)[:200] or type(exc).__name__}; send a "
+            "whole .tar, .tar.gz or .zip, or a single .jsonl file",
+            "body",
+        ) from None
+    if writer.out.files == 0:
+        raise refuse(
+            422,
+            "empty_dataset",
+            "the upload holds no files (hidden ones are skipped); send the folder of logs",
+            "body",
+        )
+    return writer.out
+
+
+def incoming(data_dir: Path) -> Path:
+    """A fresh scratch folder for one upload, on the data set's own file system (for the rename)."""
+    path = root_of(data_dir) / INCOMING / uuid.uuid4().hex
+    path.mkdir(parents=True)
+    return path
+
+
+def install(tree: Path, meta: DatasetMeta, data_dir: Path, scratch: Path, replace: bool) -> None:
+    """Write the meta into `tree` and rename it to the data set's folder in one step. With
+    `replace`, an older data set of the name is moved aside first (into `scratch`, removed with
+    it): readers see the old folder or the new one, never a mix."""
+    (tree / META).write_text(meta.model_dump_json(indent=2))
+    target = folder_of(data_dir, meta.name)
+    if replace and target.exists():
+        target.rename(scratch / "replaced")
+    try:
+        tree.rename(target)
+    except OSError:  # another upload of the name won the race
+        raise exists(meta.name) from None
+
+
+def exists(name: str) -> ApiError:
+    return ApiError(
+        409,
+        "conflict",
+        f"data set {name!r} exists; delete it first (trm data rm {name}, DELETE /datasets/{name}) "
+        "or push again with replace (trm data push --replace, ?replace=true)",
+        {"name": name},
+    )
+
+
+def remove(data_dir: Path, name: str) -> None:
+    """Rename the folder aside, then delete it: it is gone for readers at once."""
+    target = folder_of(data_dir, name)
+    if not (target / META).is_file():
+        raise not_found(data_dir, name)
+    scratch = incoming(data_dir)
+    try:
+        target.rename(scratch / "removed")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def readers(db: Session, data_dir: Path, name: str) -> list[str]:
+    """The ids of unfinished runs whose spec reads the data set (a path inside its folder)."""
+    folder = folder_of(data_dir, name).resolve()
+    rows = db.exec(select(Run.id, Run.spec).where(col(Run.status).in_(ACTIVE_STATUSES))).all()
+    found = []
+    for run_id, spec in rows:
+        if not isinstance(spec, dict):
+            continue
+        for _field, container, key in spec_path_fields(spec):
+            value = container[key]
+            inside = isinstance(value, str) and Path(value).is_absolute()
+            if inside and Path(value).resolve().is_relative_to(folder):
+                found.append(run_id)
+                break
+    return found
+
+
+def in_use(run_ids: list[str], name: str, doing: str) -> ApiError:
+    shown = ", ".join(run_ids[:10]) + (" ..." if len(run_ids) > 10 else "")
+    return ApiError(
+        409,
+        "dataset_in_use",
+        f"data set {name!r} is read by unfinished run(s) {shown}; {doing} once they end (or "
+        "cancel them: trm cancel RUN)",
+        {"name": name, "runs": run_ids},
+    )
+
+
+def new_meta(
+    name: str, sha256: str, size: int, fmt: str, unpacked: Unpacked, who: str
+) -> DatasetMeta:
+    return DatasetMeta(
+        name=name,
+        sha256=sha256,
+        bytes=size,
+        format=fmt,
+        files=unpacked.files,
+        unpacked_bytes=unpacked.unpacked_bytes,
+        skipped=unpacked.skipped[:100],
+        created_at=utcnow(),
+        created_by=who,
+    )

@@ -1,0 +1,158 @@
+"""Uploads nobody should be able to keep: paths that leave the data set, links, bombs, a wrong
+checksum, an over-size body, a foreign content type, no token, another site. Each is refused with
+the status and message that says what to fix, and leaves nothing under DATA_DIR/datasets. A real
+API (SQLite: the database plays no part here) with small limits and a token."""
+
+from __future__ import annotations
+
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import QUICK, Service
+from tests.datasets.archives import ROW, left_behind, member, push, sha, tar_with, zip_with
+from tests.stack import Scratch, create_database
+
+TOKEN = "data-s3cret"
+LIMITS = {
+    "TRM_MAX_DATASET_BYTES": "200000",
+    "TRM_MAX_DATASET_FILES": "50",
+    "TRM_MAX_DATASET_UNPACKED_BYTES": "1000000",
+}
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    root = tmp_path_factory.mktemp("hostile-uploads")
+    scratch = Scratch(root, create_database("sqlite", root))
+    scratch.migrate()
+    svc = Service({**scratch.env, **QUICK, **LIMITS, "TRM_API_TOKEN": TOKEN}, root / "logs")
+    svc.http.headers["Authorization"] = f"Bearer {TOKEN}"
+    svc.start_api()
+    yield svc
+    svc.stop()
+    scratch.drop()
+
+
+def refused(response: httpx.Response, status: int, code: str) -> str:
+    assert response.status_code == status, (response.status_code, response.text[:500])
+    error = response.json()["error"]
+    assert error["code"] == code, error
+    return str(error["message"])
+
+
+LINK = tarfile.SYMTYPE
+HOSTILE_TARS = {
+    "dotdot": ([member("logs/../../x.jsonl")], "'..' part"),
+    "absolute": ([member("/etc/x.jsonl")], "absolute path"),
+    "symlink": ([member("rows.jsonl", type=LINK, linkname="/etc/passwd")], "link"),
+    "hardlink": ([member("rows.jsonl", type=tarfile.LNKTYPE, linkname="a")], "link"),
+    "device": ([member("dev", type=tarfile.CHRTYPE)], "device"),
+    "odd name": ([member("logs/rows$(rm).jsonl")], "character outside"),
+    "twice": ([member("a.jsonl"), member("a.jsonl")], "appears twice"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_TARS))
+def test_a_tar_member_that_could_leave_the_data_set_is_refused_and_nothing_is_kept(
+    guarded: Service, case: str
+) -> None:
+    members, why = HOSTILE_TARS[case]
+    body = tar_with([member("ok/fine.jsonl"), *members])
+    message = refused(push(guarded.http, "hostile", body), 422, "unsafe_member")
+    assert why in message, message
+    assert left_behind(guarded.settings, "hostile") == []
+
+
+def test_bombs_many_members_or_huge_sizes_stop_at_the_limits(guarded: Service) -> None:
+    many = zip_with({f"r{i}.jsonl": ROW for i in range(60)})
+    assert "TRM_MAX_DATASET_FILES" in refused(
+        push(guarded.http, "bomb", many), 413, "too_many_files"
+    )
+    inflating = zip_with({"zeros.jsonl": b"\n" * 5_000_000})
+    assert len(inflating) < 200_000
+    message = refused(push(guarded.http, "bomb", inflating), 413, "unpacked_too_large")
+    assert "TRM_MAX_DATASET_UNPACKED_BYTES" in message
+    info = tarfile.TarInfo("huge.jsonl")
+    info.size = 10**12  # a header that promises a terabyte; the body holds nothing of it
+    header = info.tobuf(format=tarfile.GNU_FORMAT)
+    refused(push(guarded.http, "bomb", header + b"\0" * 1024), 413, "unpacked_too_large")
+    assert left_behind(guarded.settings, "bomb") == []
+
+
+def test_a_wrong_checksum_a_big_body_and_a_foreign_type_are_refused(guarded: Service) -> None:
+    body = tar_with([member("rows.jsonl")])
+    message = refused(
+        push(guarded.http, "bad", body, digest=sha(b"other")), 422, "checksum_mismatch"
+    )
+    assert sha(body) in message
+    missing = guarded.http.put("/datasets/bad", content=body)
+    assert "X-Content-SHA256" in refused(missing, 400, "checksum_required")
+    big = b"{}\n" * 100_000
+    assert "TRM_MAX_DATASET_BYTES" in refused(
+        push(guarded.http, "bad", big), 413, "payload_too_large"
+    )
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the running count stops it
+        for _ in range(100):
+            yield b"{}\n" * 1000
+
+    streamed = guarded.http.put(
+        "/datasets/bad", content=chunks(), headers={"X-Content-SHA256": sha(big)}
+    )
+    refused(streamed, 413, "payload_too_large")
+    typed = guarded.http.put(
+        "/datasets/bad",
+        content=body,
+        headers={"X-Content-SHA256": sha(body), "Content-Type": "text/plain"},
+    )
+    refused(typed, 415, "unsupported_media_type")
+    garbage = b"\x00\x01 not an archive"
+    refused(push(guarded.http, "bad", garbage), 422, "unknown_format")
+    refused(push(guarded.http, "Bad..Name!", body), 422, "validation_error")
+    assert left_behind(guarded.settings, "bad") == []
+
+
+def test_no_token_or_another_sites_page_uploads_nothing(guarded: Service) -> None:
+    body = tar_with([member("rows.jsonl")])
+    headers = {"X-Content-SHA256": sha(body)}
+    anonymous = httpx.put(f"{guarded.url}/datasets/sneaky", content=body, headers=headers)
+    refused(anonymous, 401, "unauthorized")
+    cross = push(guarded.http, "sneaky", body)
+    assert cross.status_code == 201  # the same call from the API's own client is fine
+    assert guarded.http.delete("/datasets/sneaky").status_code == 200
+    site = guarded.http.put(
+        "/datasets/sneaky", content=body, headers={**headers, "Origin": "https://evil.example"}
+    )
+    refused(site, 403, "forbidden_origin")
+    assert left_behind(guarded.settings, "sneaky") == []
+
+
+def test_hidden_files_are_skipped_and_listed_and_folders_keep_their_shape(
+    guarded: Service, tmp_path: Path
+) -> None:
+    body = zip_with(
+        {
+            "__MACOSX/._a.jsonl": b"x",
+            "logs/.DS_Store": b"x",
+            "logs/a.jsonl": ROW,
+            "logs/deep/b.jsonl": ROW,
+            ".dataset.json": b"{}",
+        }
+    )
+    answer = push(guarded.http, "shaped", body)
+    assert answer.status_code == 201, answer.text
+    meta = answer.json()["dataset"]
+    assert meta["files"] == 2 and meta["created_by"] == "token"
+    assert sorted(meta["skipped"]) == [".dataset.json", "__MACOSX/._a.jsonl", "logs/.DS_Store"]
+    folder = guarded.settings.data_dir / "datasets" / "shaped"
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.jsonl")) == [
+        "logs/a.jsonl",
+        "logs/deep/b.jsonl",
+    ]
+    sources = answer.json()["show"]["sources"]
+    assert [(s["type"], s["path"]) for s in sources] == [("jsonl", "logs"), ("jsonl", "logs/deep")]
+    assert guarded.http.delete("/datasets/shaped").status_code == 200
