@@ -9,8 +9,9 @@ the `trm up` / `trm demo` default):
   `Origin` must come from the API's own origin (the dashboard) or a listed host: 403 otherwise.
 - **Simple requests**: a state-changing request with a body must say `application/json` (415
   otherwise), so a form or a `text/plain` fetch, which a browser sends cross-site without asking,
-  is never read as a spec. Artifact uploads (`PUT /runs/{id}/artifacts/...`, a worker's binary
-  stream behind its upload key and lease) keep their own content type.
+  is never read as a spec. Uploads keep their own content type: artifacts (`PUT
+  /runs/{id}/artifacts/...`, a worker's binary stream behind its upload key and lease) and data
+  sets (`PUT /datasets/{name}`, an archive behind the token, its types checked by its route).
 """
 
 from __future__ import annotations
@@ -77,8 +78,8 @@ class BrowserGuard:
             return (403, "forbidden_origin",
                     f"a {method} from origin {origin[:100]!r} (another site) is refused; "
                     "call the API from its own origin or a host in TRM_ALLOWED_HOSTS")  # fmt: skip
-        # PUT is the artifact upload alone (a binary stream behind an upload key); the MCP
-        # transport checks its own content type.
+        # PUT is an upload alone (an artifact or a data set, each checking its own content
+        # type); so does the MCP transport.
         if method == "PUT" or path == "/mcp":
             return None
         kind = headers.get("content-type", "").split(";")[0].strip().lower()
