@@ -12,6 +12,7 @@ from app.cli import (
     bench,
     controllers,
     corpus,
+    data,
     db,
     demo,
     envs,
@@ -25,7 +26,8 @@ from app.client import api_url
 from trm_mcp import cli as mcp
 
 VERB_MODULES = (
-    server, db, runs, controllers, demo, bench, corpus, envs, export, importspec, schemas, mcp,
+    server, db, runs, data, controllers, demo, bench, corpus, envs, export, importspec, schemas,
+    mcp,
 )  # fmt: skip
 
 
@@ -36,7 +38,8 @@ SETTINGS = """settings (environment, or a .env file in the current folder):
   TRM_DATABASE_URL   sqlite:///... or postgresql://... (default: sqlite:///./var/trm.db)
   TRM_REDIS_URL      the queue's Redis (default: unset; `trm up`/`trm demo` start a private one)
   TRM_RUNS_DIR       run folders (default: ./var/runs)
-  TRM_DATA_DIR       the only folder specs may read data from (default: ./var/data)
+  TRM_DATA_DIR       the only folder specs may read data from (default: ./var/data);
+                     `trm data push` puts data sets there (under datasets/)
   TRM_MODEL_CACHE    base models (default: ./var/models)
   TRM_DECIDE_URL     the decision process the API forwards decisions to (`trm up` starts one
                      and sets it; default: unset, decide answers 503)
