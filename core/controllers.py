@@ -226,11 +226,13 @@ def _completed_run(session: Session, run_id: str, what: str) -> Run:
     run = session.get(Run, run_id) if is_run_id(run_id) else None
     if run is None:
         raise _refuse(404, "not_found", f"no run {run_id!r}")
-    if run.kind not in ("train", "hillclimb"):
+    if run.kind not in ("train", "hillclimb", "bench"):
         raise _refuse(
-            422, "validation_error",
-            f"run {run_id} is a {run.kind} run, not a train run (or a hill-climb, for its best)",
-        )  # fmt: skip
+            422,
+            "validation_error",
+            f"run {run_id} is a {run.kind} run, not a train run (or a hill-climb, for its best, "
+            "or a bench that trained its router)",
+        )
     if run.dry_run:
         raise _refuse(422, "validation_error", f"run {run_id} is a dry run: it trained nothing")
     if run.status != "completed":
@@ -335,6 +337,14 @@ def _asked_row(
         run = _completed_run(session, best_run, f"hill-climb {asked.id}'s best run")
         if run.kind != "train":
             raise _refuse(409, "no_best_candidate", f"run {best_run} is not a train run")
+    elif asked.kind == "bench" and not (settings.run_dir(asked.id) / TRAINER).is_dir():
+        router = asked.spec.get("router")
+        raise _refuse(
+            409,
+            "no_model",
+            f"bench {asked.id} trained no router of its own (it scored {router!r}): promote "
+            "the train run it names, or bench with router 'train'",
+        )
     source = (asked.id, candidate)
     return _version_row(session, settings, run, req.name, source, req.abstain_margin, promoted_by)
 

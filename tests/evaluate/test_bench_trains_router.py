@@ -8,8 +8,12 @@ import json
 import subprocess
 import sys
 
+import httpx
 import pytest
+from sqlmodel import Session
 
+from core.db import make_engine
+from core.models import Run, utcnow
 from core.settings import Settings
 from tests.conftest import ROOT, Service
 from tests.service.test_import_spec_upstream import bench_spec
@@ -49,6 +53,41 @@ def test_published_routerbench_spec_trains_a_router_and_scores_it_beside_the_ref
     assert config["trainer"] == "trm"
     assert {k: config["config"][k] for k in MUTATION} == MUTATION
     assert (settings.runs_dir / run["id"] / "trainer" / "model.safetensors").is_file()
+
+    # The router it trained is promoted by the bench's id and decides (asked of the decision
+    # process directly: this API was started before it, so it forwards nowhere).
+    decider = service.start_decider()
+    promoted = service.http.post("/controllers", json={"name": "benched", "run_id": run["id"]})
+    assert promoted.status_code == 201, promoted.text
+    version = promoted.json()
+    assert version["run_id"] == version["source_run_id"] == run["id"]
+    assert version["trainer"] == "trm" and version["anchor_score"] == card["anchor_score"]
+    row = {"state": "request: summarize the quarterly report", "tools": ["TRM_ONLY", "LLM_DIRECT"]}
+    body = {"controller": "benched", "rows": [row]}
+    decided = httpx.post(f"{decider}/decide", json=body, timeout=60)
+    assert decided.status_code == 200, decided.text
+    assert decided.json()["version"] == 1
+    assert decided.json()["decisions"][0]["action"] in row["tools"]
+
+
+@SQLITE_ONLY
+def test_a_bench_that_scored_a_named_router_is_not_promoted_and_says_which_to_promote(
+    service: Service, settings: Settings
+) -> None:
+    engine = make_engine(settings.database_url)
+    with Session(engine) as db:
+        spec = {"kind": "bench", "bench": "routerbench", "router": "01J00000000000000000000000"}
+        bench = Run(kind="bench", status="completed", queue="gpu", spec=spec,
+                    spec_hash="b" * 64, finished_at=utcnow())  # fmt: skip
+        db.add(bench)
+        db.commit()
+        bench_id = str(bench.id)
+    engine.dispose()
+    answer = service.http.post("/controllers", json={"name": "benched", "run_id": bench_id})
+    assert answer.status_code == 409, answer.text
+    message = answer.json()["error"]["message"]
+    assert "trained no router of its own" in message and "01J00000000000000000000000" in message
+    assert service.http.get("/controllers/benched").status_code == 404
 
 
 @SQLITE_ONLY
