@@ -1,12 +1,18 @@
 """What a web page the operator happens to open cannot do to the API (a token-less API above all,
 the `trm up` / `trm demo` default):
 
-- **Rebinding**: bound to a loopback address, the API answers only requests whose `Host` is a
-  loopback name (any port) or one the operator lists in `TRM_ALLOWED_HOSTS`; a page that points
-  its own name at 127.0.0.1 sends its own name and gets 421. Bound elsewhere, the list applies
-  when it is set.
+- **Rebinding**: a page that points its own name at the API's address sends its own name as the
+  `Host` and gets 421. The `Host` must be a loopback name, an IP address (a browser sends an
+  address only when the page's own URL is that address: no name was rebound) or a name the
+  operator lists in `TRM_ALLOWED_HOSTS` (any port). The check holds on a loopback bind, on any
+  bind of an API without a token (bound to 0.0.0.0 it is as open to a page in the operator's
+  browser as to the network), and wherever `TRM_ALLOWED_HOSTS` is set. An API with a token on
+  a wider bind (compose: workers call it by service name) is left to its token: a page cannot
+  present it.
 - **Cross-site writes**: a state-changing request (POST, PUT, PATCH, DELETE) that carries an
   `Origin` must come from the API's own origin (the dashboard) or a listed host: 403 otherwise.
+- **Framing**: every answer says no page may frame it (`X-Frame-Options: DENY`, CSP
+  `frame-ancestors 'none'`) and carries `X-Content-Type-Options: nosniff`.
 - **Simple requests**: a state-changing request with a body must say `application/json` (415
   otherwise), so a form or a `text/plain` fetch, which a browser sends cross-site without asking,
   is never read as a spec. Uploads keep their own content type: artifacts (`PUT
@@ -16,36 +22,66 @@ the `trm up` / `trm demo` default):
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from urllib.parse import urlsplit
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.errors import error_body
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Every answer: no page may frame the dashboard (a framed, token-less dashboard is the API's own
+# origin, so a page could have the operator click its cancel button unseen), and no browser
+# guesses a type the API did not send.
+NO_FRAMING = [
+    (b"x-frame-options", b"DENY"),
+    (b"content-security-policy", b"frame-ancestors 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+]
 
 
 def host_name(value: str) -> str:
-    """`name:port`, `[v6]:port` or a bare name -> the name, lower case, without brackets."""
+    """`name:port`, `[v6]:port` or a bare name -> the name, lower case, without brackets. A
+    port that is not digits leaves the value whole (`localhost:80@evil.com` is no loopback
+    name)."""
     value = value.strip().lower()
     if value.startswith("["):
-        return value[1 : value.find("]")] if "]" in value else value
-    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+        name, _, rest = value[1:].partition("]")
+        return name if rest == "" or (rest[:1] == ":" and rest[1:].isdigit()) else value
+    if value.count(":") == 1:
+        name, _, port = value.partition(":")
+        return name if port.isdigit() else value
+    return value
 
 
 def is_loopback(name: str) -> bool:
     return host_name(name) in LOOPBACK_NAMES
 
 
+def is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
 class BrowserGuard:
-    def __init__(self, app: ASGIApp, bind: str, allowed_hosts: list[str]) -> None:
+    """`bind`: the address the server listens on; `allowed_hosts`: TRM_ALLOWED_HOSTS;
+    `open_api`: no token is set, so the Host check holds on every bind."""
+
+    def __init__(
+        self, app: ASGIApp, bind: str, allowed_hosts: list[str], open_api: bool = False
+    ) -> None:
         self.app = app
         self.allowed = {host_name(h) for h in allowed_hosts if h.strip()}
-        self.check_host = is_loopback(bind) or bool(self.allowed)
-        if is_loopback(bind):
-            self.allowed |= set(LOOPBACK_NAMES)
+        self.check_host = is_loopback(bind) or open_api or bool(self.allowed)
+
+    def host_allowed(self, host: str) -> bool:
+        name = host_name(host)
+        return name in LOOPBACK_NAMES or is_address(name) or name in self.allowed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -54,7 +90,13 @@ class BrowserGuard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         refusal = self.refusal(scope["method"], scope["path"], headers)
         if refusal is None:
-            await self.app(scope, receive, send)
+
+            async def framed_by_none(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    message = {**message, "headers": [*message.get("headers", []), *NO_FRAMING]}
+                await send(message)
+
+            await self.app(scope, receive, framed_by_none)
             return
         status, code, message = refusal
         body = json.dumps(error_body(code, message)).encode()
@@ -67,7 +109,7 @@ class BrowserGuard:
         self, method: str, path: str, headers: dict[str, str]
     ) -> tuple[int, str, str] | None:
         host = headers.get("host", "")
-        if self.check_host and host_name(host) not in self.allowed:
+        if self.check_host and not self.host_allowed(host):
             return (421, "misdirected_request",
                     f"Host {host[:100]!r} is not a name of this API; add it to "
                     "TRM_ALLOWED_HOSTS if clients reach the API by it")  # fmt: skip
@@ -96,6 +138,4 @@ class BrowserGuard:
         if origin == "null":
             return False
         netloc = urlsplit(origin).netloc.lower()
-        return netloc == host.strip().lower() or host_name(netloc) in self.allowed - set(
-            LOOPBACK_NAMES
-        )
+        return netloc == host.strip().lower() or host_name(netloc) in self.allowed
