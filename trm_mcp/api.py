@@ -34,10 +34,12 @@ def auth_hint(status: int) -> str | None:
 
 
 class Api:
-    """One API, one token. `client` is given when the API mounts the server (in-process calls)."""
+    """One API, one token. `client` is given when the API mounts the server (in-process calls).
+    `local_files`: whether a tool may read paths on this host for the caller (a data set push);
+    not inside the API, where it would read the API host's files past TRM_DATA_DIR."""
 
-    def __init__(self, client: httpx.AsyncClient) -> None:
-        self.http = client
+    def __init__(self, client: httpx.AsyncClient, local_files: bool = True) -> None:
+        self.http, self.local_files = client, local_files
 
     @classmethod
     def from_env(cls) -> Api:
@@ -59,11 +61,20 @@ class Api:
         json_body: Any = None,
         params: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
+        content: Any = None,
+        timeout: httpx.Timeout | None = None,
     ) -> httpx.Response:
         clean = {k: v for k, v in (params or {}).items() if v is not None}
+        extra: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
         try:
             response = await self.http.request(
-                method, path, json=json_body, params=clean, headers=headers
+                method,
+                path,
+                json=json_body,
+                params=clean,
+                headers=headers,
+                content=content,
+                **extra,
             )
         except httpx.TransportError as exc:
             raise ApiFailure(

@@ -203,7 +203,7 @@ def mounted(api_app: ASGIApp) -> StreamableHttp:
             headers=headers,
             timeout=30,
         )
-        return Api(client)
+        return Api(client, local_files=False)
 
     return StreamableHttp(api_for)
 

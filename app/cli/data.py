@@ -24,8 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = verbs.add_parser(
         "push",
         help="upload a folder of logs (or a .jsonl, .tar, .tar.gz or .zip file) as a data set",
-        description="Packs DIR (links and hidden files left out), uploads it with its sha256 "
-        'and prints what a train spec reads from it; name it in a source as {"dataset": NAME}.',
+        description="Packs the folder at PATH (links and hidden files left out), or takes the "
+        "file, uploads it with its sha256 and prints what a train spec reads from it; name it "
+        'in a source as {"dataset": NAME}.',
     )
     p.add_argument("path", type=Path, help="the folder or file to upload")
     p.add_argument(

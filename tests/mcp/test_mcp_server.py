@@ -28,7 +28,7 @@ TOKEN = "mcp-s3cret"
 TOOLS = {
     "submit_run", "start_bench", "get_run", "get_card", "wait_for_run", "cancel_run",
     "list_runs", "list_benches", "read_artifact", "get_ledger", "list_controllers", "decide",
-    "report_outcomes", "list_decisions", "set_shadow",
+    "report_outcomes", "list_decisions", "set_shadow", "datasets",
 }  # fmt: skip
 
 
