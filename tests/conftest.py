@@ -20,6 +20,9 @@ import pytest
 
 from core.db import upgrade
 from core.settings import Settings
+from tests.probe_runs import ProbeRuns
+from tests.probe_runs import probe_runs as trained_probe_runs
+from tests.probe_runs import rows_folder as rows_folder  # tests import it from here
 from tests.stack import REDIS_URL as REDIS_URL  # tests import these two from here
 from tests.stack import ROOT as ROOT
 from tests.stack import (
@@ -276,10 +279,11 @@ def route_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "corpus"
 
 
-def rows_folder(settings: Settings, route_corpus: Path) -> str:
-    """The route corpus's train and val rows as a folder source under DATA_DIR; its name."""
-    folder = settings.data_dir / "route"
-    folder.mkdir(parents=True, exist_ok=True)
-    for name in ("train.jsonl", "val.jsonl"):
-        (folder / name).write_text((route_corpus / name).read_text())
-    return "route"
+@pytest.fixture(scope="session")
+def probe_runs(tmp_path_factory: pytest.TempPathFactory, route_corpus: Path) -> ProbeRuns:
+    """A trm and a gbdt probe-trained through the service once per session
+    (tests/probe_runs.py): pytest-xdist's processes share the parent of their temporary
+    folders."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
+    return trained_probe_runs(shared, route_corpus)

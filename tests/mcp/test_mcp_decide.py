@@ -12,24 +12,28 @@ import pytest
 from core.settings import Settings
 from tests.conftest import Service, run_async
 from tests.mcp.test_mcp_server import TOKEN, call, error_of, over_stdio
-from tests.service.test_controllers import ROW, train
+from tests.probe_runs import ProbeRuns
+from tests.service.test_controllers import ROW
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 
 @pytest.fixture
 def promoted(
-    env: dict[str, str], migrated: Settings, tmp_path: Path, route_corpus: Path
+    env: dict[str, str],
+    migrated: Settings,
+    tmp_path: Path,
+    route_corpus: Path,
+    probe_runs: ProbeRuns,
 ) -> Iterator[Service]:
-    """A guarded service with the decision process and a trm promoted as `router`."""
+    """A guarded service with the decision process and a trm (the session's probe run, trained
+    through the service) promoted as `router`."""
     svc = Service({**env, "TRM_API_TOKEN": TOKEN}, tmp_path / "logs")
     svc.http.headers["Authorization"] = f"Bearer {TOKEN}"
     try:
+        run_id = probe_runs.install(migrated, route_corpus)["trm"]
         svc.start_decider()
         svc.start_api()
-        svc.start_worker()
-        run_id = train(svc, migrated, route_corpus, "trm")
-        assert svc.wait_status(run_id, "completed", "failed", timeout=120)["status"] == "completed"
         answer = svc.http.post("/controllers", json={"name": "router", "run_id": run_id})
         assert answer.status_code == 201, answer.text
         yield svc

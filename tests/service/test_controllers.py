@@ -1,6 +1,7 @@
 """Use what you train (SPEC §12) on the real service: an API, a worker, the decision process
-(`trm decide-server`) and Redis, with a trm and a gbdt trained through the service. Promote,
-list, decide through the API, promote again, roll back; bad input and unfinished runs refused."""
+(`trm decide-server`) and Redis, with a trm and a gbdt trained through the service (once a
+session, tests/probe_runs.py). Promote, list, decide through the API, promote again, roll back;
+bad input and unfinished runs refused."""
 
 from __future__ import annotations
 
@@ -23,21 +24,11 @@ from core.controllers import resolve
 from core.db import make_engine
 from core.models import Run, Stage, utcnow
 from core.settings import Settings
-from tests.conftest import QUICK, ROOT, Service, rows_folder
+from tests.conftest import QUICK, ROOT, Service
+from tests.probe_runs import TINY_TRM, ProbeRuns
 from tests.stack import Scratch, create_database, wait_for
 
-TINY_TRM = {"hidden": 16}
 ROW = {"state": "request: summarize the quarterly report", "tools": ["TRM_ONLY", "LLM_DIRECT"]}
-
-
-def train(svc: Service, settings: Settings, corpus: Path, trainer: str) -> str:
-    """A probe train run (one step, a few scored rows) through the service; its id."""
-    source = {"type": "jsonl", "name": "r", "path": rows_folder(settings, corpus)}
-    spec: dict[str, Any] = {"kind": "train", "trainer": trainer, "probe": True,
-                            "corpus": {"sources": [source]}}  # fmt: skip
-    if trainer == "trm":
-        spec["trm"] = TINY_TRM
-    return str(svc.submit(spec)["id"])
 
 
 class Trained:
@@ -54,21 +45,19 @@ class Trained:
 
 @contextlib.contextmanager
 def trained_service(
-    database: str, root: Path, route_corpus: Path
+    database: str, root: Path, route_corpus: Path, probe_runs: ProbeRuns
 ) -> Iterator[tuple[Service, dict[str, str]]]:
-    """A service on `database` with the decision process, and a trm and a gbdt trained on the
-    route corpus (their run ids by trainer); everything stopped and dropped after."""
+    """A service on `database` with the decision process and a worker, holding the session's trm
+    and gbdt probe runs (their ids by trainer); everything stopped and dropped after."""
     scratch = Scratch(root, create_database(database, root))
-    settings = scratch.migrate()
     svc = Service({**scratch.env, **QUICK}, root / "logs")
     try:
+        runs = probe_runs.install(scratch.migrate(), route_corpus)
         svc.start_decider()
         svc.start_api()
         svc.start_worker()
-        runs = {t: train(svc, settings, route_corpus, t) for t in ("trm", "gbdt")}
         for run_id in runs.values():
-            done = svc.wait_status(run_id, "completed", "failed", timeout=120)
-            assert done["status"] == "completed", done.get("failure_reason")
+            assert svc.run(run_id)["status"] == "completed"
         yield svc, runs
     finally:
         svc.stop()
@@ -77,11 +66,14 @@ def trained_service(
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def trained(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, route_corpus: Path
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    route_corpus: Path,
+    probe_runs: ProbeRuns,
 ) -> Iterator[Trained]:
     """One service per database with the decision process, and a trm and a gbdt trained."""
     root = tmp_path_factory.mktemp(f"controllers-{request.param}")
-    with trained_service(request.param, root, route_corpus) as (svc, runs):
+    with trained_service(request.param, root, route_corpus, probe_runs) as (svc, runs):
         yield Trained(svc, runs["trm"], runs["gbdt"])
 
 

@@ -20,6 +20,7 @@ from core.models import DecisionRecord, new_id
 from core.rundir import CORPUS, CRITIC_ROWS, MANIFEST
 from core.settings import Settings
 from tests.conftest import Service
+from tests.probe_runs import ProbeRuns
 from tests.service.test_cli import trm as run_cli
 from tests.service.test_controllers import Trained, trained_service
 
@@ -43,12 +44,15 @@ class Loop(Trained):
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def loop(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, route_corpus: Path
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    route_corpus: Path,
+    probe_runs: ProbeRuns,
 ) -> Iterator[Loop]:
     """One service per database with the decision process, and a trm and a gbdt trained on the
     same corpus."""
     root = tmp_path_factory.mktemp(f"decisions-{request.param}")
-    with trained_service(request.param, root, route_corpus) as (svc, runs):
+    with trained_service(request.param, root, route_corpus, probe_runs) as (svc, runs):
         lines = (route_corpus / "val.jsonl").read_text().splitlines()
         rows = [{"state": r["state"], "tools": r["tools"]} for r in map(json.loads, lines)]
         yield Loop(svc, runs["trm"], runs["gbdt"], rows[:60])
