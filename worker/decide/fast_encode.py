@@ -39,11 +39,12 @@ from worker.features import aligned as al
 from worker.features import context as cx
 from worker.features import ids
 from worker.features import text as tx
-from worker.features.cells import Grid, cells_at, is_cells, window_features
+from worker.features.cells import Grid, cells_at, is_cells, is_grid, window_features
 from worker.features.kinds import name
 from worker.features.plans import plan_features
 from worker.features.row import candidate_features
 from worker.features.text import Text
+from worker.features.values import number_of
 from worker.models.encoding import raw_matrix, squash
 from worker.models.feature_space import FORMAT as SPACE_FORMAT
 from worker.models.feature_space import FeatureSpace
@@ -238,12 +239,14 @@ class FastEncoder:
                 concrete = al.concrete_root(state, path, tool_names)
                 if concrete:
                     roots.add(concrete)
+                found: list[tuple[str, Any]] = []
+                leaves_into(sub, "", found, None)
                 if isinstance(sub, dict | list):
-                    mine += [(f"{path}.{p}" if p else path, v) for p, v in cx.leaves(sub)]
+                    mine += [(f"{path}.{p}" if p else path, v) for p, v in found]
                 else:
-                    mine += [(path, v) for _, v in cx.leaves(sub)]
+                    mine += [(path, v) for _, v in found]
             aligned.append(mine)
-        context = cx.context_leaves(state, roots)
+        context = context_leaves(state, roots)
         ctx_numbers: list[tuple[str, float]] = []
         ctx_lists: list[tuple[str, tuple[str, ...]]] = []
         ctx_strings: list[tuple[str, str]] = []
@@ -445,6 +448,58 @@ class FastEncoder:
         else:
             self._tools.move_to_end(key)
         return info
+
+
+def context_leaves(state: Any, roots: set[str]) -> list[tuple[str, Any]]:
+    """`context.context_leaves`: the state's leaves outside the aligned roots, a branch inside
+    one left unwalked (every leaf under it would be dropped)."""
+    if not isinstance(state, dict):
+        return cx.context_leaves(state, roots)
+    out: list[tuple[str, Any]] = []
+    leaves_into(state, "", out, roots)
+    return out
+
+
+def leaves_into(obj: Any, path: str, out: list[tuple[str, Any]], roots: set[str] | None) -> None:
+    """`context.leaves` into a list, without a generator per node; with `roots`, a branch whose
+    path is inside them (`context.inside`) is skipped: its leaves' paths all start with it."""
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            here = f"{path}.{key}" if path else str(key)
+            if not (roots and cx.inside(here, roots)):
+                leaves_into(value, here, out, roots)
+    elif isinstance(obj, list):
+        if obj and all(isinstance(v, str) for v in obj):
+            out.append((path, frozenset(v.lower() for v in obj)))
+            out.append((path, tuple(v.lower() for v in obj)))
+            if is_grid(obj):
+                out.append((path, Grid(tuple(obj))))
+            if words := [v for v in obj if _is_text(v)]:
+                out.append((path, Text("\n".join(words))))
+        else:
+            for i, value in enumerate(obj[: cx.MAX_LIST_INDEX]):
+                here = f"{path}.{i}"
+                if not (roots and cx.inside(here, roots)):
+                    leaves_into(value, here, out, roots)
+    elif (number := number_of(obj)) is not None:
+        out.append((path, number))
+    elif isinstance(obj, str):
+        if len(obj) <= tx.SHORT:
+            out.append((path, obj.lower()))
+        if _is_text(obj):
+            out.append((path, Text(obj)))
+
+
+_TEXTY: dict[str, bool] = {}  # `text.is_text` of the strings seen (states repeat their strings)
+
+
+def _is_text(value: str) -> bool:
+    found = _TEXTY.get(value)
+    if found is None:
+        if len(_TEXTY) >= 1 << 16:
+            _TEXTY.clear()
+        found = _TEXTY[value] = tx.is_text(value)
+    return found
 
 
 def _unsupported(space: FeatureSpace) -> str | None:

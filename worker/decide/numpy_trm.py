@@ -19,6 +19,13 @@ PAD_SCORE = -1e9  # a padding candidate's score, as worker/models/trm.py
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default
 SET_LAYERS = 2  # the one network f: net.0 and net.1
 _DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16}
+_HALF, _ONE, _ROOT_HALF = np.float32(0.5), np.float32(1.0), np.float32(1.0 / math.sqrt(2.0))
+_EPS = np.float32(LAYER_NORM_EPS)
+
+try:  # optional: an export needs only numpy
+    from scipy.special import erf as _erf
+except ImportError:  # pragma: no cover - depends on the environment
+    _erf = None
 
 Weights = dict[str, np.ndarray]
 
@@ -56,10 +63,15 @@ def read_safetensors(path: Path) -> Weights:
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
-    """GELU with the exact erf (torch's default), erf by Abramowitz & Stegun 7.1.26 (error under
-    1.5e-7), written as relu(x) - |x|/2 * poly(t) * exp(-x^2/2), which is x/2 * (1 + erf(x/sqrt 2))
-    with the sign folded in. In float32 throughout: against float64 the scores moved by under
-    3e-7 and a batch of 64 rows' forward took 40% less time."""
+    """GELU with the exact erf (torch's default): scipy's erf where scipy is installed (the
+    service's environment: one ufunc, a third of the polynomial's time on a row's forward), else
+    Abramowitz & Stegun 7.1.26 (error under 1.5e-7), written as relu(x) - |x|/2 * poly(t) *
+    exp(-x^2/2), which is x/2 * (1 + erf(x/sqrt 2)) with the sign folded in. In float32
+    throughout: against float64 the scores moved by under 3e-7 and a batch of 64 rows' forward
+    took 40% less time."""
+    if _erf is not None:
+        fast: np.ndarray = _HALF * x * (_ONE + _erf(x * _ROOT_HALF))
+        return fast
     f = np.float32
     a = np.abs(x)
     t = f(1.0) / (f(1.0) + f(0.3275911 / math.sqrt(2.0)) * a)
@@ -70,10 +82,12 @@ def gelu(x: np.ndarray) -> np.ndarray:
 
 
 def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    mean = x.mean(-1, keepdims=True)
-    centered = x - mean
-    var = (centered * centered).mean(-1, keepdims=True)
-    out: np.ndarray = centered / np.sqrt(var + LAYER_NORM_EPS) * weight + bias
+    # Sums and one division, not `mean` (a few microseconds more a call, and a row's forward
+    # makes dozens of calls).
+    width = np.float32(x.shape[-1])
+    centered = x - np.add.reduce(x, -1, keepdims=True) / width
+    var = np.add.reduce(centered * centered, -1, keepdims=True) / width
+    out: np.ndarray = centered / np.sqrt(var + _EPS) * weight + bias
     return out
 
 
@@ -94,8 +108,8 @@ class SetLayer:
     def __call__(self, h: np.ndarray, rows: Rows) -> np.ndarray:
         u = layer_norm(h, *self.norm)
         if rows.full:  # no padding: plain means and maxima
-            mean = u.mean(1, keepdims=True)
-            peak = u.max(1, keepdims=True)
+            mean = np.add.reduce(u, 1, keepdims=True) / np.float32(u.shape[1])
+            peak = np.maximum.reduce(u, 1, keepdims=True)
         else:
             mean = (u * rows.m).sum(1, keepdims=True) / rows.count
             peak = np.where(rows.m, u, -np.inf).max(1, keepdims=True)
