@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, Service, TcpProxy
+from tests.conftest import Service, TcpProxy
 
 CHROMIUM = os.environ.get("TRM_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -24,7 +24,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SCREENSHOTS = ROOT / "docs" / "screenshots"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -70,9 +69,8 @@ def page(playwright: Any, tmp_path: Path) -> Iterator[Any]:
 
 
 def screenshot(page: Any, name: str, tmp_path: Path) -> Path:
-    """Into docs/screenshots/ when TRM_DASHBOARD_SCREENSHOTS=1, else next to the test's files."""
-    folder = SCREENSHOTS if os.environ.get("TRM_DASHBOARD_SCREENSHOTS") == "1" else tmp_path
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
+    """Next to the test's files, to look at when a test fails. The docs' images come from real
+    runs instead: scripts/screenshots.py."""
+    path = tmp_path / name
     page.screenshot(path=str(path), full_page=True)
     return path
