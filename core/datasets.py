@@ -1,7 +1,8 @@
 """Data sets: folders of logs a client hands the service (`PUT /datasets/{name}`, `trm data push`),
 kept at `DATA_DIR/datasets/<name>/`. A corpus source names one as `{"dataset": "<name>"}` (the
-API resolves it to that folder, core/paths.py), so every source reads a data set as it reads any
-folder under DATA_DIR, on every host that sees DATA_DIR: nothing changes for workers.
+API resolves it to that folder at submit: `resolve_datasets`), so every source reads a data set
+as it reads any folder under DATA_DIR, on every host that sees DATA_DIR: nothing changes for
+workers.
 
 An upload arrives as a tar, a tar.gz, a zip or a single JSONL file, told apart by its first bytes.
 It is unpacked into a temporary folder under `DATA_DIR/datasets/.incoming/` and renamed into place
@@ -33,14 +34,14 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
 from pydantic import BaseModel
 from sqlmodel import Session, col, select
 
 from core.errors import ApiError
 from core.models import Run, utcnow
-from core.paths import spec_path_fields
+from core.paths import confined, corpus_sources, spec_path_fields
 from core.schemas.corpus import DATASET_NAME
 
 NAME = re.compile(DATASET_NAME)
@@ -89,6 +90,11 @@ def refuse(status: int, code: str, message: str, field_name: str) -> ApiError:
     return ApiError(status, code, message, [{"field": field_name, "message": message}])
 
 
+def _invalid(field_name: str, message: str) -> ApiError:
+    details = [{"field": field_name, "message": message}]
+    return ApiError(422, "validation_error", f"{field_name}: {message}", details)
+
+
 def check_name(name: str) -> str:
     if not NAME.match(name):
         raise refuse(
@@ -123,6 +129,35 @@ def load(data_dir: Path, name: str) -> DatasetMeta:
         return DatasetMeta.model_validate_json(path.read_bytes())
     except (FileNotFoundError, NotADirectoryError):
         raise not_found(data_dir, name) from None
+
+
+def resolve_datasets(spec: dict[str, Any], data_dir: Path) -> None:
+    """A source naming `dataset` reads inside DATA_DIR/datasets/<name>/: its `path` becomes that
+    folder (or the path given, inside it), resolved, and `dataset` leaves the stored spec, which
+    names what the worker reads. An unknown name: a 422 listing the known ones."""
+    for where, source in corpus_sources(spec):
+        if "dataset" not in source:
+            continue
+        name = source.pop("dataset")
+        if name is None:
+            continue
+        known = names(data_dir)
+        if name not in known:
+            raise _invalid(
+                f"{where}.dataset",
+                f"no data set {name!r}; known: {', '.join(known) or 'none'} (trm data list); "
+                f"push one with `trm data push DIR --name {name}` (PUT /datasets/{name})",
+            )
+        inner = source.get("path") or "."
+        folder = folder_of(data_dir, name)
+        path = None if Path(inner).is_absolute() else confined(inner, folder)
+        if path is None:
+            raise _invalid(
+                f"{where}.path",
+                f"{inner!r}: beside dataset, path is a file or folder inside the data set, "
+                "relative to its top (no absolute path, no '..')",
+            )
+        source["path"] = str(path)
 
 
 def not_found(data_dir: Path, name: str) -> ApiError:

@@ -173,45 +173,13 @@ def corpus_sources(spec: dict[str, Any], prefix: str = "") -> list[tuple[str, di
     return found
 
 
-def resolve_datasets(spec: dict[str, Any], data_dir: Path) -> None:
-    """A source naming `dataset` reads inside DATA_DIR/datasets/<name>/: its `path` becomes that
-    folder (or the path given, inside it), resolved, and `dataset` leaves the stored spec, which
-    names what the worker reads. An unknown name: a 422 listing the known ones."""
-    from core import datasets
-
-    for field, source in corpus_sources(spec):
-        if "dataset" not in source:
-            continue
-        name = source.pop("dataset")
-        if name is None:
-            continue
-        known = datasets.names(data_dir)
-        if name not in known:
-            raise _refuse(
-                f"{field}.dataset",
-                f"no data set {name!r}; known: {', '.join(known) or 'none'} (trm data list); "
-                f"push one with `trm data push DIR --name {name}` (PUT /datasets/{name})",
-            )
-        inner = source.get("path") or "."
-        folder = datasets.folder_of(data_dir, name)
-        path = None if Path(inner).is_absolute() else confined(inner, folder)
-        if path is None:
-            raise _refuse(
-                f"{field}.path",
-                f"{inner!r}: beside dataset, path is a file or folder inside the data set, "
-                "relative to its top (no absolute path, no '..')",
-            )
-        source["path"] = str(path)
-
-
 def resolve_api_paths(
     spec: dict[str, Any], data_dir: Path, model_cache: Path | None = None
 ) -> None:
-    """Rewrite a submitted spec's data paths to resolved paths under DATA_DIR (a data set's to
-    its folder); check that base models stay under MODEL_CACHE (names are kept: the worker looks
-    them up there) and that bench sides are well-formed references. Any refusal is a 422 naming
-    the field."""
-    resolve_datasets(spec, data_dir)
+    """Rewrite a submitted spec's data paths to resolved paths under DATA_DIR; check that base
+    models stay under MODEL_CACHE (names are kept: the worker looks them up there) and that bench
+    sides are well-formed references. Any refusal is a 422 naming the field. A source naming a
+    data set has its path filled in before (core/datasets.py `resolve_datasets`)."""
     installed = installed_data()
     for field, container, key in spec_path_fields(spec):
         if container[key] in installed:  # a package's own data folder: read-only, not a user's

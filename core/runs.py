@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from sqlmodel import Session, col, select
 
 from core import db
+from core.datasets import resolve_datasets
 from core.errors import ApiError, validation_error
 from core.events import Publisher
 from core.models import RUN_STATUSES, LedgerEntry, Run, Stage
@@ -144,6 +145,7 @@ def prepare_run(
         )
     spec = validate_spec(body, settings)
     resolved = spec.model_dump(mode="json")
+    resolve_datasets(resolved, settings.data_dir)
     resolve_api_paths(resolved, settings.data_dir, settings.model_cache)
     check_submit(resolved, settings, spec.dry_run)
     return Run(

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.runs import _fail, add_url
-from app.client import ApiCallError, Client, pack
+from app.client import ApiCallError, Client
 from core.card import printable
+from core.dataset_pack import pack
 
 
 def register(sub: argparse._SubParsersAction) -> None:
