@@ -105,7 +105,11 @@ def test_a_killed_coordinator_resumes_without_redoing_candidates(
 ) -> None:
     service.start_worker("worker-a")
     service.start_worker("worker-b")
-    search = service.submit(tiny_search(settings.data_dir, max_candidates=4, parallelism=1))
+    # Three candidates, two at a time: when the first finishes the coordinator is killed with the
+    # second (or the third) still training, so its successor must take up finished and running
+    # candidates alike. Each candidate is two child processes that import torch (seconds of CPU
+    # each): four in a row, on cores shared with other tests, took up to three minutes.
+    search = service.submit(tiny_search(settings.data_dir, max_candidates=3, parallelism=2))
 
     def one_finished() -> bool:
         return any(r["event"] == "finished" for r in service.ledger(search["id"]))
@@ -120,4 +124,4 @@ def test_a_killed_coordinator_resumes_without_redoing_candidates(
     assert max(Counter((r["candidate_id"], r["event"]) for r in rows).values()) == 1
     children = service.http.get("/runs", params={"parent": search["id"]}).json()["runs"]
     proposed = [r for r in rows if r["event"] == "proposed"]
-    assert len(children) == len(proposed) == 4
+    assert len(children) == len(proposed) == 3
