@@ -156,18 +156,22 @@ class _Reader:
             while raw := fh.readline(MAX_LINE_BYTES):
                 line += 1
                 self.bytes += len(raw)
+                if not raw.strip():
+                    continue
+                rows += 1
+                self.rows += 1
                 if len(raw) >= MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                    while (piece := fh.readline(1 << 20)) and not piece.endswith(b"\n"):
+                    while piece := fh.readline(1 << 20):  # the rest of the line, dropped
                         self.bytes += len(piece)
+                        if piece.endswith(b"\n"):
+                            break
                     bad += 1
                     self._bad(rel, line, "line_too_long")
-                elif raw.strip():
+                else:
                     bad += self._row(rel, line, raw, play_world)
-                    rows += 1
                 if self.spent():
                     whole = fh.read(1) == b""
                     break
-        self.rows += rows
         read: Literal["all", "part"] = "all" if whole else "part"
         return FileRows(path=rel, bytes=size, rows=rows - bad, malformed=bad, read=read)
 

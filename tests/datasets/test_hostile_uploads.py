@@ -5,7 +5,11 @@ API (SQLite: the database plays no part here) with small limits and a token."""
 
 from __future__ import annotations
 
+import gzip
+import io
+import stat
 import tarfile
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -156,3 +160,42 @@ def test_hidden_files_are_skipped_and_listed_and_folders_keep_their_shape(
     sources = answer.json()["show"]["sources"]
     assert [(s["type"], s["path"]) for s in sources] == [("jsonl", "logs"), ("jsonl", "logs/deep")]
     assert guarded.http.delete("/datasets/shaped").status_code == 200
+
+
+def zip_link(name: str, target: bytes) -> bytes:
+    """A zip whose member is a symlink (Unix mode in its external attributes), as `zip -y`
+    writes one."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        info = zipfile.ZipInfo(name)
+        info.external_attr = (stat.S_IFLNK | 0o777) << 16
+        archive.writestr(info, target)
+    return buffer.getvalue()
+
+
+def test_a_zip_member_that_leaves_or_links_out_is_refused_like_a_tars(guarded: Service) -> None:
+    for body, why in (
+        (zip_with({"ok.jsonl": ROW, "../../escape.jsonl": ROW}), "'..' part"),
+        (zip_with({"/abs/x.jsonl": ROW}), "absolute path"),
+        (zip_with({"a\\..\\x.jsonl": ROW}), "backslash"),
+        (zip_link("rows.jsonl", b"/etc/passwd"), "link"),
+    ):
+        message = refused(push(guarded.http, "zipped", body), 422, "unsafe_member")
+        assert why in message, message
+    assert left_behind(guarded.settings, "zipped") == []
+    assert not (guarded.settings.data_dir.parent / "escape.jsonl").exists()
+
+
+def test_show_bounds_its_reading_and_says_so(guarded: Service) -> None:
+    """Over 200,000 lines: the show stops, says its counts are lower bounds, marks the file."""
+    many = b"{}\n" * 210_000
+    body = tar_with([member("rows/many.jsonl", data=many)])
+    packed = io.BytesIO()
+    with gzip.GzipFile(fileobj=packed, mode="wb") as gz:
+        gz.write(body)
+    answer = push(guarded.http, "long", packed.getvalue())
+    assert answer.status_code == 201, answer.text
+    view = guarded.http.get("/datasets/long").json()
+    assert view["complete"] is False and "lower bounds" in view["note"]
+    assert view["files"][0]["read"] == "part" and view["files"][0]["rows"] == 200_000
+    assert guarded.http.delete("/datasets/long").status_code == 200
