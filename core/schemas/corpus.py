@@ -36,7 +36,11 @@ class LogFiles(StrictModel):
     given too, is then relative inside the data set)."""
 
     path: str = Field(default="", max_length=4096, description=PATH_HELP)
-    dataset: str | None = Field(default=None, pattern=DATASET_NAME)
+    dataset: str | None = Field(
+        default=None,
+        pattern=DATASET_NAME,
+        description="a data set's name (trm data list): its folder DATA_DIR/datasets/NAME/ is read",
+    )
 
     @model_validator(mode="after")
     def _path_or_dataset(self) -> LogFiles:
