@@ -9,7 +9,8 @@ while a run is recorded); at delivery the host is resolved, every address it res
 checked, and the request goes to the checked address (the Host header and TLS server name stay
 the URL's), so a second lookup cannot send it elsewhere. Link-local, multicast and unspecified
 addresses (a cloud's metadata service) are never called, and a name allowed only by a wildcard
-is never called at a loopback or private address, unless that very IP is listed. A failed
+is never called at a loopback, private or other non-public address (100.64.0.0/10 included),
+unless that very IP is listed. A failed
 attempt's event says that it failed, never the status code or connection error the process met
 (those go to the process's log): an event is for every client to read. The body is
 signed with HMAC-SHA256 under `TRM_NOTIFY_SECRET`: the receiver recomputes
@@ -146,10 +147,12 @@ def _address_refusal(host: str, port: int, address: str, allow: tuple[str, ...])
         return _not_allowed(host, allow)  # never what it resolves to: no DNS oracle
     if ip.is_link_local or ip.is_multicast or ip.is_unspecified:
         return f"host {host!r} resolves to a link-local, multicast or unspecified address"
-    if how == "wildcard" and (ip.is_loopback or ip.is_private):
+    # Not global: loopback, private, and the ranges `is_private` leaves out (100.64.0.0/10, the
+    # carrier-grade NAT block a tailnet's machines live in; benchmarking, reserved).
+    if how == "wildcard" and not ip.is_global:
         return (
-            f"host {host!r} is allowed by a wildcard and resolves to a loopback or private "
-            "address: list it, or the address, by itself"
+            f"host {host!r} is allowed by a wildcard and resolves to a loopback, private or "
+            "other non-public address: list it, or the address, by itself"
         )
     return None
 

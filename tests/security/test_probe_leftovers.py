@@ -8,7 +8,7 @@ import pytest
 
 from core.db import get_engine
 from core.events import Publisher
-from core.notify import NotifyConfig, Resolver, deliver, url_refusal
+from core.notify import NotifyConfig, Resolver, deliver, pin, url_refusal
 from core.runs import submit_run
 from core.settings import Settings
 from tests.conftest import Service
@@ -96,3 +96,19 @@ def test_a_mistyped_bench_dry_run_field_is_a_422_naming_it(service: Service) -> 
         answer = service.http.post("/benches/routerbench", params={"dry_run": "true"}, json=fields)
         assert answer.status_code == 422, (fields, answer.text)
         assert answer.json()["error"]["details"][0]["field"] == field, (fields, answer.text)
+
+
+@pytest.mark.parametrize(
+    "address", ["100.64.0.1", "::ffff:100.100.1.2", "198.18.0.1", "127.0.0.1", "fd00::1"]
+)
+def test_a_wildcard_name_resolving_to_a_non_public_address_is_never_called(address: str) -> None:
+    """100.64.0.0/10 (carrier-grade NAT, where a tailnet's machines answer) is neither loopback
+    nor private to Python's `ipaddress`: a name under a wildcard entry resolving there was
+    called. Listed by itself, the address is called."""
+    refused = pin("http://a.hooks.test/hook", ("*.hooks.test",), lambda _host, _port: [address])
+    assert isinstance(refused, str) and "non-public" in refused, refused
+    shown = f"[{address}]" if ":" in address else address
+    called = pin(f"http://{shown}/hook", (address,), lambda _host, _port: [address])
+    assert not isinstance(called, str), called
+    public = pin("http://a.hooks.test/hook", ("*.hooks.test",), lambda _h, _p: ["93.184.216.34"])
+    assert not isinstance(public, str), public
