@@ -115,13 +115,16 @@ class Clone:
         root.mkdir(parents=True, exist_ok=True)
         for name in CLONE_LINKS:
             (root / name).symlink_to(ROOT / name)
-        port = free_port()
+        port, decide_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.mark = uuid.uuid4().hex
         base = {k: v for k, v in os.environ.items() if not k.startswith("TRM_")}
         self.env = {
             **base,
             "TRM_API_PORT": str(port),
+            # trm up takes 8001 for its decision process when free: two starting at once (tests
+            # in parallel) could both see it free.
+            "TRM_DECIDE_PORT": str(decide_port),
             "TRM_URL": self.url,
             "OMP_NUM_THREADS": "1",
             "HF_HUB_OFFLINE": "1",
