@@ -87,6 +87,13 @@ def load_spec(path: Path) -> CorpusSpec:
             where = f"{path}:{line}" if line else str(path)
             lines.append(f"{where}: {_loc(parts) or '(top level)'}: {error['msg']}")
         raise SpecFileError("\n".join(lines)) from exc
+    named = [i for i, source in enumerate(spec.sources) if getattr(source, "dataset", None)]
+    if named:
+        raise SpecFileError(
+            f"{path}: sources[{named[0]}].dataset: a data set is on the server, and this builds "
+            "from local files: give its path here, or submit the train spec (its dry run "
+            "builds the corpus there)"
+        )
     base = path.resolve().parent
     sources = [
         source
