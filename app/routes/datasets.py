@@ -18,7 +18,7 @@ import re
 import shutil
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 from sqlmodel import Session
@@ -105,9 +105,15 @@ async def push_dataset(
     request: Request,
     app: Annotated[AppState, Depends(state)],
     db: Annotated[Session, Depends(session)],
-    x_content_sha256: Annotated[str | None, Header()] = None,
-    replace: bool = False,
-    filename: str | None = None,
+    x_content_sha256: Annotated[
+        str | None, Header(description="required: the body's sha256, 64 hex digits")
+    ] = None,
+    replace: Annotated[
+        bool, Query(description="replace a data set of this name (409 while a run reads it)")
+    ] = False,
+    filename: Annotated[
+        str | None, Query(description="a single .jsonl's name in the data set")
+    ] = None,
 ) -> Pushed:
     """Upload data set `name` (201): the body is a .tar, .tar.gz, .zip or one .jsonl file
     (`filename`, default `<name>.jsonl`). An existing name is a 409 unless `replace=true`."""
@@ -183,12 +189,15 @@ async def push_dataset(
 
 @router.get("/datasets", response_model=DatasetList)
 def list_datasets(app: Annotated[AppState, Depends(state)]) -> DatasetList:
+    """Every data set (name, sha256, files, sizes, created at and by) and the API's DATA_DIR."""
     data_dir = app.settings.data_dir
     return DatasetList(datasets=datasets.list_all(data_dir), data_dir=str(data_dir))
 
 
 @router.get("/datasets/{name}", response_model=DatasetShow)
 def show_dataset(name: str, app: Annotated[AppState, Depends(state)]) -> DatasetShow:
+    """What a dry corpus build would read from data set `name`: files, rows, families, worlds,
+    malformed lines, the sources a spec can name; reading stops at a bound and says so."""
     data_dir = app.settings.data_dir
     meta = datasets.load(data_dir, name)
     return show(datasets.folder_of(data_dir, name), meta)
