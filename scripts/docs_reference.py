@@ -267,7 +267,6 @@ def _walk(parser: argparse.ArgumentParser, words: list[str]) -> Iterator[tuple[s
 
 
 def cli_page() -> str:
-    os.environ["COLUMNS"] = COLUMNS
     from app.cli import build_parser
 
     parser = build_parser()
@@ -276,7 +275,15 @@ def cli_page() -> str:
         HEADER,
         "`trm --help` and every verb's `--help`, as the installed `trm` prints them.\n",
     ]
-    commands = list(_walk(parser, ["trm"]))
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = COLUMNS
+    try:
+        commands = list(_walk(parser, ["trm"]))
+    finally:
+        if before is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = before
     lines.append(", ".join(f"[`{words}`](#{words.replace(' ', '-')})" for words, _ in commands))
     lines.append("")
     for words, text in commands:
