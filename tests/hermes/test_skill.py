@@ -115,12 +115,10 @@ def test_routerbench_starts_is_followed_to_the_end_and_a_retry_is_the_same_run(
 ) -> None:
     start = the('"bench":"routerbench"')
     # The skill's one-liner trains its router at `trm demo`'s size (about 2 minutes here); the
-    # same command with a one-epoch router and fewer scored rows still trains in the run, in ~30 s.
+    # same command with a one-epoch, narrow router and fewer scored rows still trains in the run.
     assert '"router":"train"}' in start
-    start = start.replace(
-        '"router":"train"}',
-        '"router":"train","router_train":{"epochs":1},"episodes":2,"train_sample":50}',
-    )
+    small = '"router_train":{"epochs":1,"hidden":16,"batch_size":64},"episodes":1,"train_sample":50'
+    start = start.replace('"router":"train"}', f'"router":"train",{small}}}')
     first = fresh_shell(start, guarded.url)
     assert first.returncode == 0, first.stderr + first.stdout
     run_id = first.stdout.split()[0]
