@@ -10,11 +10,16 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from app.cli.runs import _fail, add_url
 from app.client import ApiCallError, Client
 from core.card import printable
+from core.settings import Settings
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -251,8 +256,7 @@ def cmd_decide_server(args: argparse.Namespace) -> int:
     port = args.port or settings.decide_port
     print(f"trm decide-server: on http://{host}:{port}", file=sys.stderr, flush=True)
     uvicorn.run(
-        "worker.decide.server:create_app",
-        factory=True,
+        decide_app(settings, host),
         host=host,
         port=port,
         log_level="warning",
@@ -260,6 +264,21 @@ def cmd_decide_server(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=3,
     )
     return 0
+
+
+def decide_app(settings: Settings, host: str) -> ASGIApp:
+    """The decision process behind the API's browser guard (app/guard.py): `trm up` starts it
+    without a token on a loopback port, where a web page could otherwise post a text/plain
+    decide call (writing the decision log) or read decisions through a rebound name. The name
+    the API calls it by (TRM_DECIDE_URL) is one of its names."""
+    from app.guard import BrowserGuard
+    from worker.decide.server import create_app
+
+    called_as = urlsplit(settings.decide_url or "").hostname or ""
+    allowed = [*settings.allowed_hosts.split(","), called_as]
+    return BrowserGuard(
+        create_app(settings), bind=host, allowed_hosts=allowed, open_api=settings.api_token is None
+    )
 
 
 def _shadow_line(report: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ from core import runs as run_ops
 from core.errors import ApiError
 from core.models import Run
 from core.schemas.runs import ErrorOut, LedgerOut, RunList, RunOut
-from core.schemas.strings import string_problem
+from core.schemas.strings import refuse_unstorable, string_problem
 
 log = logging.getLogger("trm.api")
 router = APIRouter(
@@ -37,7 +37,18 @@ SPEC_BODY = {
 async def refuse_unstorable_request(request: Request) -> None:
     """A 422 naming the parameter when a path or query parameter, or a header the service
     stores or looks up by, holds a value no database can take (a NUL): on Postgres such a value
-    in a lookup was a 500. Every token-guarded route runs this (app/main.py)."""
+    in a lookup was a 500. Every token-guarded route runs this (app/main.py). So does a JSON
+    body of any route, read once (the route reuses it): an outcome's notes or a decide row with
+    a NUL were a 500 on Postgres, and NaN passes Python's JSON parser into float fields. PUT
+    bodies are uploads, streamed to disk by their routes and never read here."""
+    if request.method in ("POST", "PATCH", "DELETE") and request.headers.get(
+        "content-type", ""
+    ).lower().startswith("application/json"):
+        try:
+            body = await request.json()  # the parse FastAPI made for the route, when it did
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            body = None  # the route's own parse answers, naming line and column
+        refuse_unstorable(body)
     params = [
         *((f"path.{k}", v) for k, v in request.path_params.items()),
         *((f"query.{k}", v) for k, v in request.query_params.multi_items()),

@@ -58,6 +58,7 @@ from core.decisions import PRUNE_S, prune, record
 from core.errors import ApiError, error_body, validation_error
 from core.models import ControllerVersion, DecisionRecord, new_id
 from core.routing import Routing, route
+from core.schemas.strings import refuse_unstorable
 from core.settings import Settings, get_settings
 from worker.decide.controller import Controller, DecideRow, Decision, RowError, load_controller
 
@@ -219,6 +220,7 @@ async def _body(request: Request, limit: int) -> DecideIn:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise ApiError(400, "bad_json", "body is not valid UTF-8 JSON") from None
+    refuse_unstorable(body)  # a NUL in a row reached the decision log's insert: a 500
     try:
         return DecideIn.model_validate(body)
     except ValidationError as exc:
