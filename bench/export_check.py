@@ -10,8 +10,11 @@ and a gbdt trained on the train rows, each exported (`worker/decide/export.py`, 
 runs) and the export's `decide.py` run in a `python -I` that can import neither the project nor
 torch, on every anchor row. The reference is the trained policy's own forward (torch for the
 trm). A row agrees when the action is the same and every probability is within the export's
-tolerance (1e-4). Prints one line per family and trainer: anchor rows, rows that disagree, the
-largest probability difference; exit 1 on any disagreement. docs/export.md records a run.
+tolerance (1e-4). Also per anchor row: the decision-time encoder's matrix
+(worker/decide/fast_encode.py) against the general encoder's, bit for bit, and the service
+controller's action against the policy's own. Prints one line per family and trainer: anchor
+rows, rows that disagree, the largest probability difference, rows the decision-time encoder
+differs on; exit 1 on any disagreement. docs/export.md records a run.
 """
 
 from __future__ import annotations
@@ -49,14 +52,43 @@ def check(corpus: Path, root: Path, epochs: int) -> list[dict[str, Any]]:
         started = time.perf_counter()
         module.train(config, corpus, folder, TrainerCallbacks(), seed=0)
         trained_s = time.perf_counter() - started
-        report = export_controller(folder, trainer, root / f"{trainer}-export",
-                                   corpus / ANCHOR_ROWS)  # fmt: skip
-        out.append({
-            "trainer": trainer, "anchors": report.checked,
-            "disagree": len(report.disagreements),
-            "max_probability_diff": report.max_score_diff, "train_s": round(trained_s, 1),
-        })  # fmt: skip
+        report = export_controller(
+            folder, trainer, root / f"{trainer}-export", corpus / ANCHOR_ROWS
+        )
+        out.append(
+            {
+                "trainer": trainer,
+                "anchors": report.checked,
+                "disagree": len(report.disagreements),
+                "max_probability_diff": report.max_score_diff,
+                "encoder_differs": encoder_differs(folder, trainer, corpus / ANCHOR_ROWS),
+                "train_s": round(trained_s, 1),
+            }
+        )
     return out
+
+
+def encoder_differs(folder: Path, trainer: str, anchors: Path) -> int:
+    """Anchor rows whose matrix from the decision-time encoder (worker/decide/fast_encode.py)
+    is not the general encoder's bit for bit, or whose action from the service's controller is
+    not the policy's own."""
+    import numpy as np
+
+    from worker.decide.controller import DecideRow, load_controller
+    from worker.models.policy import argmax
+    from worker.models.rows import read_rows
+
+    controller = load_controller(folder, trainer)
+    assert controller.encoder is not None
+    rows = [DecideRow(r["state"], list(r["tools"])) for r in read_rows(anchors)]
+    scores = controller.policy.scores_batch([r.state for r in rows], [r.tools for r in rows])
+    differ = 0
+    for row, want in zip(rows, scores, strict=True):
+        fast, _ = controller.encoder.raw([(row.state, row.tools)])
+        same = np.array_equal(fast, controller.policy.space.raw(row.state, row.tools), True)
+        action = controller.decide([row])[0].action
+        differ += not same or action != row.tools[argmax(want)]
+    return differ
 
 
 def main() -> int:
@@ -72,7 +104,10 @@ def main() -> int:
     work = args.keep or Path(tempfile.mkdtemp(prefix="trm-export-check-"))
     work.mkdir(parents=True, exist_ok=True)
     results = []
-    print(f"{'family':>11} {'trainer':>7} | {'anchors':>7} {'disagree':>8} {'max diff':>9}")
+    print(
+        f"{'family':>11} {'trainer':>7} | {'anchors':>7} {'disagree':>8} {'max diff':>9} | "
+        f"{'encoder differs':>15}"
+    )
     for family in args.families.split(","):
         if family == "routerbench":
             corpus = routerbench_corpus(work / "routerbench")
@@ -80,11 +115,17 @@ def main() -> int:
             corpus = corpus_for(work, family, args.gen_seed, "full", args)
         for r in check(corpus, work / f"models-{family}", args.epochs):
             results.append({"family": family, **r})
-            print(f"{family:>11} {r['trainer']:>7} | {r['anchors']:>7} {r['disagree']:>8} "
-                  f"{r['max_probability_diff']:>9.1e}", flush=True)  # fmt: skip
+            print(
+                f"{family:>11} {r['trainer']:>7} | {r['anchors']:>7} {r['disagree']:>8} "
+                f"{r['max_probability_diff']:>9.1e} | {r['encoder_differs']:>15}",
+                flush=True,
+            )
     rows = sum(r["anchors"] for r in results)
-    bad = sum(r["disagree"] for r in results)
-    print(f"{len(results)} exports, {rows} anchor rows, {bad} disagree")
+    bad = sum(r["disagree"] + r["encoder_differs"] for r in results)
+    print(
+        f"{len(results)} exports, {rows} anchor rows, {bad} disagree (the export with the "
+        "service, or the decision-time encoder with the general one)"
+    )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 1 if bad else 0

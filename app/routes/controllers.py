@@ -4,13 +4,12 @@ TRM_DECIDE_URL (`trm decide-server`)."""
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import Annotated, Any
+from typing import Annotated
 
 import httpx
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from sqlmodel import Session
 
 from app.deps import AppState, caller, session, state
@@ -134,7 +133,7 @@ def decisions(
 )
 async def decide(
     name: str, body: DecideBody, request: Request, app: Annotated[AppState, Depends(state)]
-) -> JSONResponse:
+) -> Response:
     """Each row's action, every candidate's probability, the margin and whether the controller
     abstains, from the live version (or `version`), all rows by one version."""
     ops.check_name(name)
@@ -157,9 +156,15 @@ async def decide(
             f"({type(exc).__name__}); is `trm decide-server` running?",
             {"retry_after_s": 2},
         ) from None  # fmt: skip
-    try:
-        content: Any = answer.json()
-    except json.JSONDecodeError:
+    # The decision process's answer goes out as it came (no parse and dump again per call);
+    # anything but its JSON (a proxy's error page) is a 502.
+    if not answer.headers.get("content-type", "").startswith("application/json"):
         log.warning("decision process answered %s without JSON", answer.status_code)
-        raise ApiError(502, "bad_gateway", "the decision process answered without JSON") from None
-    return JSONResponse(content, status_code=answer.status_code)
+        raise ApiError(502, "bad_gateway", "the decision process answered without JSON")
+    passed = {k: v for k, v in answer.headers.items() if k.lower() == "retry-after"}
+    return Response(
+        answer.content,
+        status_code=answer.status_code,
+        media_type="application/json",
+        headers=passed,
+    )

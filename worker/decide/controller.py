@@ -62,7 +62,8 @@ class RowError(ValueError):
 
 class Controller:
     """A loaded model behind `decide`. `trainer` is "trm", "gbdt" or "qlora"; `model_hash` the
-    hash of its files (the policy's: the same weights give the same hash)."""
+    hash of its files (the policy's: the same weights give the same hash); `note` what every
+    answer of a qlora says (it decides, slowly: `lm_note`), None for a trm or a gbdt."""
 
     def __init__(self, policy: Policy, trainer: str, abstain_margin: float | None = None) -> None:
         self.policy = policy
@@ -72,6 +73,7 @@ class Controller:
         self.numpy = NumpyForward.of(policy) if trainer == "trm" else None
         space = getattr(policy, "space", None)
         self.encoder = FastEncoder(space) if trainer in ("trm", "gbdt") and space else None
+        self.note = lm_note(policy) if trainer == "qlora" else None
 
     def decide(self, rows: Sequence[DecideRow]) -> list[Decision]:
         check_rows(rows)
@@ -121,6 +123,17 @@ class Controller:
             ).cpu()
             out[first : first + len(chunk), : final.shape[1]] = final.numpy()
         return out
+
+
+def lm_note(policy: Any) -> str:
+    """What a qlora controller's answers say of themselves: it decides, slowly."""
+    device = getattr(getattr(policy, "model", None), "device", None)
+    where = "a GPU" if getattr(device, "type", "cpu") == "cuda" else "the CPU"
+    return (
+        f"slow: a qlora controller scores every candidate with its language model on {where} "
+        "(a forward a candidate: tens of milliseconds a row on a GPU, seconds on a CPU; a trm or "
+        "a gbdt decides a row in about a millisecond)"
+    )
 
 
 class NumpyForward:

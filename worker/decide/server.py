@@ -2,13 +2,22 @@
 that answers `POST /decide` with a promoted controller's decisions. The API forwards
 `POST /controllers/{name}/decide` here (TRM_DECIDE_URL) and never loads a model itself.
 
-- **Resolution**: `name` is the live version, read from the registry tables
-  (core/controllers.py) once per call, so every row of a call is decided by one version and a
-  promotion or a rollback is seen by the first call that starts after its commit.
+- **Resolution**: `name` is the live version, read from the registry tables once per call (one
+  small query of the name's row; a version's own row never changes once promoted, so it is read
+  once and kept), so every row of a call is decided by one version and a promotion or a rollback
+  is seen by the first call that starts after its commit. The name's row is read, the version
+  loaded and the rows checked in one trip to a worker thread; the event loop never waits on
+  the database.
+- **Calls decided together**: calls for one loaded version that arrive while it is deciding
+  wait for it and are then decided as one batch (up to `BATCH_ROWS` rows, each call's rows
+  together), each answered with its own rows' decisions. A lone call is decided at once; under
+  load a forward serves many calls (a trm's forward of 64 rows costs a few of one row's).
 - **Warm versions**: loaded controllers are kept, most recently used last, at most
   TRM_DECIDE_CACHE (8) of them. Every `POLL_S` the process reads each name's live version (one
   small query) and loads the ones that moved, so the first call after a promotion or a rollback
   does not wait for the load.
+- **A qlora version** decides through its language model (a forward a candidate): slow,
+  and its answers say so in `note`.
 - **Errors** are the API's body: a row the controller cannot read is a 422 naming the field
   (`rows[3].tools`), an unknown name or version a 404, a version whose files do not load a 409.
 - **Token**: when TRM_API_TOKEN is set, `/decide` asks for it as the API does.
@@ -49,24 +58,43 @@ from core.controllers import (
     DecideIn,
     DecideOut,
     DecisionOut,
+    get_version,
     live_versions,
     parse_ref,
     resolve,
+    unknown,
 )
 from core.db import check_migrated, get_engine
 from core.decisions import PRUNE_S, prune, record
 from core.errors import ApiError, error_body, validation_error
+from core.models import Controller as ControllerRow
 from core.models import ControllerVersion, DecisionRecord, new_id
-from core.routing import Routing, route
+from core.routing import Routing
 from core.schemas.strings import refuse_unstorable
 from core.settings import Settings, get_settings
-from worker.decide.controller import Controller, DecideRow, Decision, RowError, load_controller
+from worker.decide.controller import (
+    NUMPY_ROWS,
+    Controller,
+    DecideRow,
+    Decision,
+    RowError,
+    check_rows,
+    load_controller,
+)
 
 log = logging.getLogger("trm.decide")
 POLL_S = 0.5  # how often the live versions are read to load a moved one ahead of its first call
 # The libraries a trm and a gbdt load with, imported at start (a qlora's, transformers and peft,
 # only when one is asked for: they take seconds and most of a gigabyte).
 WARM_IMPORTS = ("torch", "safetensors.torch", "lightgbm", "worker.models.trm", "worker.models.gbdt")
+
+BATCH_ROWS = NUMPY_ROWS  # the most rows of calls decided together (a trm's numpy forward)
+VERSION_ROWS = 4096  # version rows kept in memory (they never change once promoted)
+# A name's live and shadow versions and whether it logs: what a call reads of the registry.
+_LIVE = sa.text(
+    f"SELECT live_version, shadow_version, log_decisions FROM {ControllerRow.__tablename__} "
+    "WHERE name = :name"
+)
 
 Key = tuple[str, int]
 
@@ -112,6 +140,54 @@ class Versions:
             return controller
 
 
+class Batcher:
+    """Calls for one loaded version decided together: a call arriving while the version decides
+    waits, and everything waiting then goes in one forward (up to `BATCH_ROWS` rows; a larger
+    call alone). Runs on the event loop; the forward in a worker thread."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+        self._waiting: list[tuple[list[DecideRow], asyncio.Future[list[Decision]]]] = []
+        self._running = False
+
+    @property
+    def idle(self) -> bool:
+        return not self._running and not self._waiting
+
+    async def decide(self, rows: list[DecideRow]) -> list[Decision]:
+        answer: asyncio.Future[list[Decision]] = asyncio.get_running_loop().create_future()
+        self._waiting.append((rows, answer))
+        if not self._running:
+            self._running = True
+            asyncio.create_task(self._drain())
+        return await answer
+
+    async def _drain(self) -> None:
+        try:
+            while self._waiting:
+                taken, total = 0, 0
+                for rows, _ in self._waiting:
+                    if taken and total + len(rows) > BATCH_ROWS:
+                        break
+                    taken, total = taken + 1, total + len(rows)
+                batch, self._waiting = self._waiting[:taken], self._waiting[taken:]
+                together = [row for rows, _ in batch for row in rows]
+                try:
+                    decisions = await anyio.to_thread.run_sync(self.controller.decide, together)
+                except Exception as exc:  # every call of the batch gets it
+                    for _, answer in batch:
+                        if not answer.done():
+                            answer.set_exception(exc)
+                    continue
+                start = 0
+                for rows, answer in batch:
+                    if not answer.done():  # a call whose client left is cancelled
+                        answer.set_result(decisions[start : start + len(rows)])
+                    start += len(rows)
+        finally:
+            self._running = False
+
+
 class DecideService:
     """The state of one decision process: settings, the database engine, the loaded versions."""
 
@@ -120,14 +196,59 @@ class DecideService:
         self.engine: sa.Engine = get_engine(settings)
         self.versions = Versions(settings.runs_dir, settings.decide_cache)
         self._seen_live: dict[str, int] = {}
+        self._rows: dict[Key, ControllerVersion] = {}
+        self._batchers: dict[Key, Batcher] = {}
 
     def version(self, name: str, version: int | None) -> ControllerVersion:
         with Session(self.engine, expire_on_commit=False) as session:
             return resolve(session, name, version)
 
     def route(self, name: str, version: int | None) -> Routing:
-        with Session(self.engine, expire_on_commit=False) as session:
-            return route(session, name, version)
+        """core.routing.route's answer from one small query of the name's row (the version
+        rows come from memory after their first read)."""
+        with self.engine.connect() as conn:
+            live = conn.execute(_LIVE, {"name": name}).first()
+        if live is None:
+            raise unknown(name)
+        row = self._version_row(name, live.live_version if version is None else version)
+        shadow = None
+        if live.shadow_version is not None and row.version == live.live_version:
+            shadow = self._version_row(name, live.shadow_version)
+        return Routing(row, bool(live.log_decisions) or shadow is not None, shadow)
+
+    def _version_row(self, name: str, version: int) -> ControllerVersion:
+        key = (name, version)
+        row = self._rows.get(key)
+        if row is None:
+            with Session(self.engine, expire_on_commit=False) as session:
+                row = get_version(session, name, version)  # a 404 naming the version
+            if len(self._rows) >= VERSION_ROWS:
+                self._rows.clear()
+            self._rows[key] = row
+        return row
+
+    def prepare(
+        self, name: str, version: int | None, rows: list[DecideRow]
+    ) -> tuple[Routing, Controller]:
+        """What a call needs before its forward, in one trip to a worker thread: the routing,
+        the loaded version, the rows checked (`RowError` for the first it cannot read)."""
+        routing = self.route(name, version)
+        controller = self.load(routing.version)
+        check_rows(rows)
+        return routing, controller
+
+    def batcher(self, controller: Controller, key: Key) -> Batcher:
+        """The batcher of this loaded version (a version loaded again gets a new one)."""
+        found = self._batchers.get(key)
+        if found is None or found.controller is not controller:
+            found = self._batchers[key] = Batcher(controller)
+        return found
+
+    def forget_unloaded(self) -> None:
+        """Drop the batchers of versions the cache let go (an idle one holds no calls)."""
+        loaded = set(self.versions.loaded())
+        for key in [k for k, b in self._batchers.items() if k not in loaded and b.idle]:
+            del self._batchers[key]
 
     def shadow_actions(self, row: ControllerVersion, rows: list[DecideRow]) -> list[str | None]:
         """The shadow version's action per row; None for every row when it cannot answer."""
@@ -233,22 +354,22 @@ async def decide(request: Request) -> JSONResponse:
         raise ApiError(401, "unauthorized", "missing or wrong token: send `Authorization: Bearer`")
     body = await _body(request, service.settings.max_body_bytes)
     name, version = parse_ref(body.controller, body.version)
-    routing = await anyio.to_thread.run_sync(service.route, name, version)
-    row = routing.version
-    controller = await anyio.to_thread.run_sync(service.load, row)
     rows = [DecideRow(r.state, list(r.tools)) for r in body.rows]
-    shadow: list[str | None] | None = None
     try:
+        routing, controller = await anyio.to_thread.run_sync(service.prepare, name, version, rows)
+        row = routing.version
+        shadow: list[str | None] | None = None
         if routing.shadow is None:
-            decisions = await anyio.to_thread.run_sync(controller.decide, rows)
+            key = (row.name, row.version)
+            decisions = await service.batcher(controller, key).decide(rows)
         else:  # both at once: the call waits for the slower, not for the sum
             shadowed = routing.shadow
+
+            async def beside() -> None:
+                nonlocal shadow
+                shadow = await anyio.to_thread.run_sync(service.shadow_actions, shadowed, rows)
+
             async with anyio.create_task_group() as group:
-
-                async def beside() -> None:
-                    nonlocal shadow
-                    shadow = await anyio.to_thread.run_sync(service.shadow_actions, shadowed, rows)
-
                 group.start_soon(beside)
                 decisions = await anyio.to_thread.run_sync(controller.decide, rows)
     except RowError as exc:
@@ -270,7 +391,10 @@ async def decide(request: Request) -> JSONResponse:
             for d, i in zip(decisions, ids, strict=True)
         ],
     )
-    return JSONResponse(out.model_dump(mode="json"))
+    answer = out.model_dump(mode="json")
+    if controller.note:  # a qlora: it decides, and says it is slow
+        answer["note"] = controller.note
+    return JSONResponse(answer)
 
 
 async def healthz(request: Request) -> JSONResponse:
@@ -296,6 +420,7 @@ async def _keep_warm(service: DecideService) -> None:
         await asyncio.sleep(POLL_S)
         try:
             await anyio.to_thread.run_sync(service.warm)
+            service.forget_unloaded()
         except Exception as exc:  # the next poll tries again; calls resolve on their own
             log.warning("warming the live versions failed: %s", exc)
         if time.monotonic() - pruned_at >= PRUNE_S:
