@@ -35,6 +35,9 @@ MAX_OUTCOMES = 1024  # outcomes per report
 MAX_REWARD = 1e6  # |reward|
 MAX_NOTES = 500
 MAX_PAGE = 500
+# A page's states and tools, in characters: a row may hold 256 KiB of state, so 500 of them were
+# 128 MiB read into the API at once (and several times that as the answer was built).
+MAX_PAGE_CHARS = 4 * 1024 * 1024
 PRUNE_S = 60.0  # how often the decision process trims each controller's log to its cap
 
 DecisionId = Annotated[str, StringConstraints(min_length=1, max_length=26)]
@@ -212,16 +215,34 @@ def list_decisions(
     session: Session, name: str, limit: int, before: str | None, with_outcomes: bool | None
 ) -> DecisionPage:
     """Newest first; `with_outcomes` True: only those with an outcome, False: only those
-    without, None: all."""
-    query = select(DecisionRecord).where(DecisionRecord.name == name)
+    without, None: all. At most `limit` rows, and no more than MAX_PAGE_CHARS of states and
+    tools (one row at least): their sizes are read first, then only the rows that fit."""
+    where = [col(DecisionRecord.name) == name]
     if before is not None:
-        query = query.where(col(DecisionRecord.id) < before)
+        where.append(col(DecisionRecord.id) < before)
     if with_outcomes is not None:
         has = col(DecisionRecord.success).is_not(None)
-        query = query.where(has if with_outcomes else sa.not_(has))
-    rows = session.exec(query.order_by(col(DecisionRecord.id).desc()).limit(limit + 1)).all()
-    page = [LoggedDecision.of(r) for r in rows[:limit]]
-    more = len(rows) > limit
+        where.append(has if with_outcomes else sa.not_(has))
+    size = sa.func.length(DecisionRecord.state) + sa.func.length(
+        sa.cast(DecisionRecord.tools, sa.Text)
+    )
+    sizes = session.execute(
+        sa.select(col(DecisionRecord.id), size)
+        .where(*where)
+        .order_by(col(DecisionRecord.id).desc())
+        .limit(limit + 1)
+    ).all()
+    ids: list[str] = []
+    total = 0
+    for row_id, chars in sizes[:limit]:
+        total += int(chars or 0)
+        if ids and total > MAX_PAGE_CHARS:
+            break
+        ids.append(row_id)
+    query = select(DecisionRecord).where(col(DecisionRecord.id).in_(ids))
+    rows = session.exec(query.order_by(col(DecisionRecord.id).desc())).all() if ids else []
+    page = [LoggedDecision.of(r) for r in rows]
+    more = len(sizes) > len(page)
     return DecisionPage(name=name, decisions=page, next_before=page[-1].id if more else None)
 
 
