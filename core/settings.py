@@ -97,8 +97,9 @@ class Settings(BaseSettings):
     decision_log_keep: int = Field(default=100_000, ge=1, le=100_000_000)
 
     api_host: str = "127.0.0.1"
-    # Names clients reach the API by beyond the loopback ones (Host checked when bound to
-    # loopback, or whenever this is set; Origins of state-changing requests): app/guard.py.
+    # Names clients reach the API by beyond loopback names and IP addresses (Host checked when
+    # bound to loopback, without a token on any bind, or whenever this is set; Origins of
+    # state-changing requests): app/guard.py.
     # Comma-separated: `TRM_ALLOWED_HOSTS=trm-box,trm-box.lan`.
     allowed_hosts: str = Field(default="", max_length=4096)
     api_port: int = 8000
