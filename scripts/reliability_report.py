@@ -254,6 +254,117 @@ CLAIMS = {
         "(`²` was a 500)",
         "nothing",
     ),
+    # Integrity rounds 3 and 4: an attacker holding a token, or a web page in the operator's
+    # browser.
+    "test_a_web_page_cannot_submit_cancel_or_rebind_a_token_less_api": (
+        "a token-less API on loopback: `text/plain` and form posts 415, a foreign Origin 403, a "
+        "rebound Host 421 (`/mcp` included)",
+        "nothing",
+    ),
+    "test_a_token_less_api_on_every_interface_refuses_a_rebound_name_and_a_frame": (
+        "a token-less API on 0.0.0.0: a rebound name (Host and Origin agreeing) 421 (it was "
+        "served: a page drove it); addresses and loopback names served; no page may frame it",
+        "nothing",
+    ),
+    "test_listed_hosts_add_to_loopback_names_and_addresses_on_a_wide_bind": (
+        "TRM_ALLOWED_HOSTS on 0.0.0.0: listed names, loopback names and addresses served (a "
+        "health check on 127.0.0.1 got 421 once a list was set); another origin still 403",
+        "nothing",
+    ),
+    "test_the_decision_process_refuses_what_a_web_page_sends": (
+        "`trm decide-server` (token-less under `trm up`): a `text/plain` decide call 415 (it was "
+        "decided and logged), a foreign Origin 403, a rebound Host 421; the API's calls answered",
+        "nothing",
+    ),
+    "test_a_page_of_the_decision_log_is_bounded_in_size_not_only_in_rows": (
+        "300 logged rows of 256 KiB states: a page of `limit=500` holds at most 4 MiB of them, "
+        "the API grows < 64 MiB for it, paging on reads every row once",
+        "nothing",
+    ),
+    "test_unstorable_values_in_decide_rows_and_outcomes_are_422s_naming_the_field": (
+        "a NUL in a decide row or an outcome's notes, NaN in a float: 422 naming the field, at "
+        "the API and the decision process (Postgres: 500, the API's forward 502)",
+        "nothing",
+    ),
+    "test_http_beyond_loopback_lends_no_token_and_checks_host_and_origin": (
+        "`trm mcp --http` beyond loopback: refuses to start without a token; callers bring "
+        "their own (401); Host/Origin allow-list on every bind",
+        "nothing",
+    ),
+    "test_a_pickle_planted_on_the_queue_never_runs_and_the_worker_serves_on": (
+        "a pickle planted as an arq job in Redis: refused as data, never loaded; the worker "
+        "serves the next run",
+        "nothing",
+    ),
+    "test_a_selftest_whose_work_is_over_max_seconds_is_refused_at_submit": (
+        "a selftest of 1,000,000 steps x 60 s: 422 naming `steps` with the figures "
+        "(TRM_MAX_SECONDS); a budget that stops it in time is accepted",
+        "nothing",
+    ),
+    "test_a_trm_run_over_max_seconds_is_refused_by_its_estimate_or_its_measured_pace": (
+        "a trm run at the largest knobs (FLOP estimate) and one of 1,000,000 steps (measured "
+        "pace): `bad_input` with the figures and the knobs to lower, before training or after a "
+        "few steps",
+        "nothing",
+    ),
+    "test_the_job_timeout_stops_the_stage_process_and_keeps_one_run_per_slot": (
+        "TRM_JOB_TIMEOUT_S: the stage's child stopped, the run `failed`/`timeout`, the next gpu "
+        "run starts only after it ended",
+        "the timed-out run's work (by design)",
+    ),
+    "test_arqs_own_timeout_holds_the_slot_until_the_attempt_has_ended": (
+        "arq's own timeout cancels the job: the attempt is stopped and ended before the slot frees",
+        "the timed-out run's work (by design)",
+    ),
+    "test_a_diverged_trm_run_fails_bad_input_naming_the_learning_rate": (
+        "a loss that goes NaN: `bad_input` naming the learning rate (Postgres: was `internal` "
+        "with SQL text)",
+        "nothing",
+    ),
+    "test_events_never_carry_nan_or_infinity": (
+        "a NaN/Infinity metric: stored and sent as strict JSON (null) on SQLite and Postgres",
+        "nothing",
+    ),
+    "test_a_skill_spec_naming_a_huge_file_gets_a_413_without_reading_it": (
+        "`?format=skill` naming a 64 MiB file under TRM_DATA_DIR: 413 naming the limit, unread",
+        "nothing",
+    ),
+    "test_a_slowly_resolving_webhook_host_does_not_delay_other_submissions": (
+        "webhook hosts that take 5 s to resolve: nothing resolved at submit; the batch's other "
+        "submissions answered at once (was 0.08 s -> 31.5 s)",
+        "nothing",
+    ),
+    "test_a_webhook_cannot_reach_the_services_own_ports": (
+        "notify.url at the API's port, Redis's, [::1]: 422 naming TRM_NOTIFY_ALLOW",
+        "nothing",
+    ),
+    "test_a_failed_delivery_says_nothing_of_the_port_it_met": (
+        "a closed port, a 404 and a 500 read the same in the run's events (no port scanner)",
+        "nothing",
+    ),
+    "test_a_wildcard_name_resolving_to_a_non_public_address_is_never_called": (
+        "a name under a wildcard entry resolving to 100.64.0.0/10, 198.18/15, loopback or ULA: "
+        "never called (100.64/10 was); the address listed by itself is",
+        "nothing",
+    ),
+    "test_over_long_paths_are_404_or_422_never_5xx": (
+        "over-long artifact paths, bench fields and skill-spec paths; a non-list `sources`: "
+        "404/422, never 5xx",
+        "nothing",
+    ),
+    "test_every_path_parameter_over_the_filesystems_limits_is_never_5xx": (
+        "every route's path parameters over NAME_MAX and PATH_MAX: never 5xx",
+        "nothing",
+    ),
+    "test_the_card_escapes_control_characters_and_stays_ascii": (
+        "escape codes in a card's fields: shown escaped, the card stays printable ASCII",
+        "nothing",
+    ),
+    "test_trm_show_and_watch_print_no_escape_codes": (
+        "escape codes in a run's name, card and failure reason: `trm show`/`trm watch` print "
+        "them escaped",
+        "nothing",
+    ),
 }
 
 
@@ -290,6 +401,22 @@ smallest change in the lead-owned files that makes it pass (`diff` in the issue'
 | `epochs: 10**12`, hidden 4096 x 64 recursions x batch 4096 accepted | bounds on every size knob; steps checked against `TRM_MAX_STEPS` and memory estimated before training (`worker/models/footprint.py`) |
 | an SSE replay loaded every stored event first (300k events: +323 MiB, 25 s to first byte) | replay pages 1000 events from the database; the dashboard starts from the last 200 (`bench/sse_replay.py`: 330x sooner first event, 57x less memory) |
 | a client key `<search>:c000` failed a search; `localhost.localdomain` trusted by name; a long database outage failed runs `internal`; `Last-Event-ID: ²`, mistyped bench dry runs, over-long paths were 500s | internal keys in their own namespace; webhook hosts resolved, checked and pinned; outages end attempts `interrupted`; strict ASCII event ids; 4xx for the rest |
+
+## Integrity rounds 3 and 4: what an attacker with a token, or a web page, reproduced
+
+Round 3's findings and fixes are the threat model's table in docs/deploy.md. Round 4 sent
+variants of each class (other binds, knobs, files, hosts); what it found above low, and the fix:
+
+| finding | fix |
+|---|---|
+| a token-less API bound to 0.0.0.0 with no `TRM_ALLOWED_HOSTS` answered any `Host`: a page whose name was rebound to the machine submitted runs and read every answer; and with the list set, a health check on 127.0.0.1 got 421 | the `Host` check holds on every bind of an API without a token; loopback names and IP addresses always pass (no name was rebound), listed names too (app/guard.py) |
+| `trm decide-server` (token-less on a loopback port under `trm up`) decided a page's cross-site `text/plain` post and wrote it to the decision log, and answered a rebound `Host` | it serves behind the same guard, the name in `TRM_DECIDE_URL` among its names (app/cli/controllers.py) |
+| a NUL in a decide row or an outcome's notes reached Postgres: the decision process 500, the API's forward 502, the outcome route 500 | every JSON body is checked for unstorable values before its route (app/routes/runs.py `refuse_unstorable_request`), and the decision process's too |
+| a page of the decision log read every row whole: 500 rows of 256 KiB states (the decide limit) were 128 MiB in the API for one `GET /controllers/{name}/decisions` | a page stops at 4 MiB of states and tools; sizes are read first, then only the rows that fit (core/decisions.py) |
+
+Low, fixed as well: a name under a wildcard `TRM_NOTIFY_ALLOW` entry resolving into 100.64.0.0/10
+was called (only loopback and private were refused; now anything not global); a framed
+dashboard (no `X-Frame-Options`); `Host: localhost:80@evil` parsed as `localhost`.
 
 The qlora kill -9 and coordinator kill cases are `slow` (in CI); the 1 GiB garbage corpus is
 `soak` (its 100 MiB twin is in CI); `--slow` runs them all.
