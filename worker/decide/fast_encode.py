@@ -45,7 +45,7 @@ from worker.features.plans import plan_features
 from worker.features.row import candidate_features
 from worker.features.text import Text
 from worker.features.values import number_of
-from worker.models.encoding import raw_matrix, squash
+from worker.models.encoding import squash
 from worker.models.feature_space import FORMAT as SPACE_FORMAT
 from worker.models.feature_space import FeatureSpace
 
@@ -206,7 +206,8 @@ class FastEncoder:
         return out
 
     def general(self, state: str, tools: list[str]) -> np.ndarray:
-        return raw_matrix(self.index, state, tools)
+        """The general encoder: the space's own `raw`, whatever it reads."""
+        return self.space.raw(state, tools)
 
     def place(self, state_text: str, tools: list[str], out: np.ndarray) -> None:
         """One row's raw matrix written into `out` (candidates, features), all NaN on entry."""
@@ -506,6 +507,10 @@ def _unsupported(space: FeatureSpace) -> str | None:
     """Why the general encoder must encode this space throughout, or None."""
     if SPACE_FORMAT != FORMAT:
         return f"the feature space format is {SPACE_FORMAT}; this encoder was written for {FORMAT}"
+    # A space that reads more than `row_features` (a sentence encoder's `E:` of its texts).
+    reads = getattr(space, "text_encoder", "tokens")
+    if reads != "tokens":
+        return f"the space reads its texts with {reads!r}, not only as words"
     unknown = sorted({n.partition(":")[0] for n in space.names} - _KNOWN)
     if unknown:
         return f"feature kinds it does not compile: {', '.join(unknown)}"
