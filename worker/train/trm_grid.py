@@ -1,0 +1,210 @@
+"""Training the whole-answer trm (worker/models/trm_grid.py) on a puzzle set, as the paper does.
+
+Read top to bottom: scoring, the carry of puzzles in flight, `train()`.
+
+- **Deep supervision over a carry**: the batch is `batch_size` slots, each a puzzle in flight
+  with its (y, z). Every optimizer step runs one deep recursion for every slot from its detached
+  carry, takes the loss (cross-entropy over the cells, plus the halting head's binary
+  cross-entropy on "is the whole answer right") and updates. A slot whose puzzle has had
+  `supervision_steps` steps, or whose halting logit is > 0 (after its exploration minimum: a
+  `halt_exploration` share of puzzles must first run a random 2..N_sup steps), takes a fresh
+  puzzle with a fresh carry. So a puzzle gets up to N_sup updates, and easy ones free their
+  slot early.
+- **Data**: fresh puzzles are drawn from the train set with a random answer-keeping
+  augmentation each (`augment`), so a small set is seen in many forms.
+- **EMA and selection**: the weights are averaged (`ema_decay`); every `eval_every` steps the
+  average is scored on `eval_puzzles` val puzzles (all N_sup steps, as the paper evaluates) and
+  the best is kept. `callbacks.on_eval` gets each point: the learning curve.
+- **Stop**: `max_steps`, `callbacks.should_stop()` (cancel, budget) or `max_seconds` here.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from core.schemas.puzzles import GridTrainerConfig
+from worker.models.trm_grid import GridTRM
+from worker.puzzles import PuzzleSet
+from worker.train.callbacks import TrainerCallbacks
+from worker.train.trm import Ema
+
+EVAL_BATCH = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """Whole answers right, cells right among those the puzzle leaves open (token 0: a sudoku's
+    blanks, a maze's open cells), and the mean supervision steps used."""
+
+    exact: float
+    cells: float
+    steps: float
+    puzzles: int
+
+
+@torch.no_grad()
+def score(model: GridTRM, puzzles: PuzzleSet, halting: bool = False) -> Score:
+    model.eval()
+    exact = cells = open_cells = steps = 0.0
+    for start in range(0, len(puzzles), EVAL_BATCH):
+        grid = torch.from_numpy(puzzles.inputs[start : start + EVAL_BATCH])
+        label = torch.from_numpy(puzzles.labels[start : start + EVAL_BATCH])
+        answer, used = model.solve(grid, halting=halting)
+        exact += float((answer == label).all(-1).sum())
+        free = grid == 0
+        cells += float(((answer == label) & free).sum())
+        open_cells += float(free.sum())
+        steps += float(used.sum())
+    model.train()
+    n = max(1, len(puzzles))
+    return Score(exact / n, cells / max(1.0, open_cells), steps / n, len(puzzles))
+
+
+@dataclass(frozen=True, slots=True)
+class CurvePoint:
+    step: int
+    seconds: float
+    exact: float
+    cells: float
+
+
+@dataclass
+class GridResult:
+    steps: int
+    train_seconds: float
+    parameters: int
+    best_step: int | None
+    val: Score | None
+    curve: list[CurvePoint] = field(default_factory=list)
+    stopped_by: str | None = None
+
+
+class Carry:
+    """The puzzles in flight: their tokens, answers, (y, z), steps taken and exploration
+    minimum. `refill(mask)` puts fresh (augmented) puzzles in the masked slots."""
+
+    def __init__(self, model: GridTRM, data: PuzzleSet, config: GridTrainerConfig, seed: int):
+        self.model, self.data, self.config = model, data, config
+        self.gen = np.random.default_rng(seed)
+        self.draw = data.kind.augmenter(data.params)
+        b, cells, hidden = config.batch_size, model.cells, config.hidden
+        self.grid = torch.zeros(b, cells, dtype=torch.long)
+        self.label = torch.zeros(b, cells, dtype=torch.long)
+        self.y, self.z = torch.zeros(b, cells, hidden), torch.zeros(b, cells, hidden)
+        self.steps = torch.zeros(b, dtype=torch.long)
+        self.min_steps = torch.zeros(b, dtype=torch.long)
+        self.refill(torch.ones(b, dtype=torch.bool))
+
+    def refill(self, mask: torch.Tensor) -> None:
+        slots = torch.nonzero(mask).flatten().tolist()
+        if not slots:
+            return
+        pick = self.gen.integers(len(self.data), size=len(slots))
+        grids, labels = self.data.inputs[pick], self.data.labels[pick]
+        if self.config.augment:
+            for i in range(len(slots)):
+                aug = self.draw(self.gen)
+                grids[i], labels[i] = aug.apply(grids[i]), aug.apply(labels[i])
+        index = torch.tensor(slots)
+        self.grid[index] = torch.from_numpy(grids)
+        self.label[index] = torch.from_numpy(labels)
+        y0, z0 = self.model.start(torch.zeros(len(slots), self.model.cells, self.config.hidden))
+        self.y[index], self.z[index] = y0.detach(), z0.detach()
+        self.steps[index] = 0
+        n_sup = self.config.supervision_steps
+        explore = torch.rand(len(slots)) < self.config.halt_exploration
+        low = min(2, n_sup)
+        self.min_steps[index] = torch.where(
+            explore, torch.randint(low, n_sup + 1, (len(slots),)), torch.zeros(len(slots)).long()
+        )
+
+
+def train(
+    config: GridTrainerConfig,
+    data: PuzzleSet,
+    val: PuzzleSet | None,
+    callbacks: TrainerCallbacks,
+    *,
+    seed: int,
+    max_seconds: float | None = None,
+) -> tuple[GridTRM, GridResult]:
+    """The model of the best val point (the last average without val), and what happened."""
+    torch.manual_seed(seed)
+    model = GridTRM(config, data.vocab, data.side * data.side)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.95)
+    )
+    ema = Ema(model, config.ema_decay)
+    carry = Carry(model, data, config, seed)
+    evals = val.take(slice(0, config.eval_puzzles)) if val is not None and len(val) else None
+    result = GridResult(0, 0.0, sum(p.numel() for p in model.parameters()), None, None)
+    best: dict[str, torch.Tensor] | None = None
+    started = time.perf_counter()
+    model.train()
+    for step in range(1, config.max_steps + 1):
+        if (stop := callbacks.should_stop()) is not None:
+            result.stopped_by = stop
+            break
+        if max_seconds is not None and time.perf_counter() - started > max_seconds:
+            result.stopped_by = "max_seconds"
+            break
+        for group in optimizer.param_groups:
+            group["lr"] = config.lr * min(1.0, step / max(1, config.warmup_steps))
+        x = model.embed(carry.grid)
+        y, z, logits, q = model.deep_recursion(x, carry.y, carry.z)
+        right = (logits.argmax(-1) == carry.label).all(-1).float()
+        loss = F.cross_entropy(logits.flatten(0, 1), carry.label.flatten())
+        loss = loss + config.halt_weight * F.binary_cross_entropy_with_logits(q, right)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        ema.update(model)
+        carry.y, carry.z = y.detach(), z.detach()
+        carry.steps += 1
+        halted = (carry.steps >= config.supervision_steps) | (
+            (q.detach() > 0) & (carry.steps >= carry.min_steps)
+        )
+        carry.refill(halted)
+        result.steps = step
+        exact = round(float(right.mean()), 4)
+        callbacks.on_step(step, config.max_steps, loss=round(float(loss.detach()), 5), exact=exact)
+        if evals is not None and (step % config.eval_every == 0 or step == config.max_steps):
+            best = _select(model, ema, evals, step, started, result, best, callbacks)
+    result.train_seconds = round(time.perf_counter() - started, 3)
+    if evals is not None and (not result.curve or result.curve[-1].step != result.steps):
+        best = _select(model, ema, evals, result.steps, started, result, best, callbacks)
+    model.load_state_dict(best if best is not None else ema.weights)
+    return model.eval(), result
+
+
+def _select(
+    model: GridTRM,
+    ema: Ema,
+    evals: PuzzleSet,
+    step: int,
+    started: float,
+    result: GridResult,
+    best: dict[str, torch.Tensor] | None,
+    callbacks: TrainerCallbacks,
+) -> dict[str, torch.Tensor] | None:
+    """Score the average on val; keep it when its exact accuracy (then cell accuracy) is at
+    least the best so far (a later equal point has had longer to learn when to halt). The
+    training weights are put back."""
+    training = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(ema.weights)
+    got = score(model, evals)
+    model.load_state_dict(training)
+    seconds = round(time.perf_counter() - started, 2)
+    result.curve.append(CurvePoint(step, seconds, got.exact, got.cells))
+    callbacks.on_eval(step, val_exact=got.exact, val_cells=got.cells, seconds=seconds)
+    if result.val is None or (got.exact, got.cells) >= (result.val.exact, result.val.cells):
+        result.val, result.best_step = got, step
+        return {k: v.clone() for k, v in ema.weights.items()}
+    return best
