@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from core.benches.menu import external_data, load_entry
-from core.paths import confined, is_run_id, outside_message, under
+from core.paths import confined, data_dir_hint, is_run_id, outside_message, under
 from core.rundir import (
     ADAPTER,
     ADAPTER_CONFIG,
@@ -210,9 +210,8 @@ def data_source(entry: dict[str, Any], data_dir: Path, results_jsonl: str | None
     if export:
         path = confined(export, Path(data_dir))
         if path is None:
-            raise ResolveError(
-                "bad_input", f"results_jsonl: {outside_message(export, 'TRM_DATA_DIR')}"
-            )
+            outside = outside_message(export, "TRM_DATA_DIR") + data_dir_hint(Path(data_dir))
+            raise ResolveError("bad_input", f"results_jsonl: {outside}")
         return {"type": "jsonl", "mode": "normalized", "name": name, "path": str(path)}
     root = Path(data_dir) / "benches" / name
     if (entry.get("corpus") or {}).get("source") == "reasoning_trace":
@@ -319,7 +318,8 @@ def resolve_external(
     data = external_data(entry, spec.get("data"))
     path = None if data is None else confined(data, Path(data_dir))
     if data is not None and path is None:
-        raise ResolveError("bad_input", f"data: {outside_message(data, 'TRM_DATA_DIR')}")
+        outside = outside_message(data, "TRM_DATA_DIR") + data_dir_hint(Path(data_dir))
+        raise ResolveError("bad_input", f"data: {outside}")
     if path is not None and not path.is_dir():
         raise ResolveError(
             "dependency",

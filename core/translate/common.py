@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from core.paths import outside_message
+from core.paths import data_dir_hint, outside_message
 
 # (our spec as a dict, warnings, errors): an error names the key path it is about.
 Translation = tuple[dict[str, Any], list[str], list[str]]
@@ -44,7 +44,8 @@ def existing_path(
     if not path.is_absolute() and (root is not None or not WINDOWS_PATH.match(raw)):
         path = base_dir / path
     if outside(raw, base_dir, root):
-        return None, f"{where}: {outside_message(raw, 'TRM_DATA_DIR')}"
+        hint = data_dir_hint(root) if root is not None else ""
+        return None, f"{where}: {outside_message(raw, 'TRM_DATA_DIR')}{hint}"
     try:
         found = path.exists()
     except OSError as exc:  # a name over 255 bytes, a path over 4096: never a 500
