@@ -270,15 +270,17 @@ def decide_app(settings: Settings, host: str) -> ASGIApp:
     """The decision process behind the API's browser guard (app/guard.py): `trm up` starts it
     without a token on a loopback port, where a web page could otherwise post a text/plain
     decide call (writing the decision log) or read decisions through a rebound name. The name
-    the API calls it by (TRM_DECIDE_URL) is one of its names."""
-    from app.guard import BrowserGuard
+    the API calls it by (TRM_DECIDE_URL) is one of its names. With a token on a wider bind the
+    token guards it, and TRM_ALLOWED_HOSTS (the API's names, shared in compose) does not turn the
+    Host check on: the API calls it by a service name the list need not hold."""
+    from app.guard import BrowserGuard, is_loopback
     from worker.decide.server import create_app
 
+    open_api = settings.api_token is None
     called_as = urlsplit(settings.decide_url or "").hostname or ""
-    allowed = [*settings.allowed_hosts.split(","), called_as]
-    return BrowserGuard(
-        create_app(settings), bind=host, allowed_hosts=allowed, open_api=settings.api_token is None
-    )
+    checked = open_api or is_loopback(host)
+    allowed = [*settings.allowed_hosts.split(","), called_as] if checked else []
+    return BrowserGuard(create_app(settings), bind=host, allowed_hosts=allowed, open_api=open_api)
 
 
 def _shadow_line(report: dict[str, Any]) -> str:
