@@ -17,8 +17,8 @@ What an archive may hold is decided here, member by member, before a byte of it 
   `.dataset.json`);
 - at most `TRM_MAX_DATASET_FILES` members and `TRM_MAX_DATASET_UNPACKED_BYTES` bytes, counted
   from each member's declared size before it is read and again as its bytes are written, so a
-  bomb (many members, or a few that inflate) stops at the limit; a zip's member count is read
-  from its end record before its directory is parsed.
+  bomb (many members, or a few that inflate) stops at the limit; a zip's directory is counted
+  entry by entry before zipfile parses it (its end record's count may lie).
 """
 
 from __future__ import annotations
@@ -316,28 +316,43 @@ def unpack_tar(body: Path, writer: _Writer) -> None:
                 writer.file(rel, source)
 
 
-def zip_entries(body: Path) -> int | None:
-    """The member count a zip's end record declares (zip64 too), read before the directory."""
+def zip_entries(body: Path, limit: int) -> int:
+    """How many members a zip's central directory holds, counted header by header in the bytes
+    zipfile would parse (its end record's size and place, zip64 too), before zipfile reads them
+    into memory: a directory of millions of entries is refused at `limit` + 1. 0 when there is
+    no end record (zipfile then says what is wrong)."""
     size = body.stat().st_size
     with body.open("rb") as fh:
-        fh.seek(max(0, size - 65_558))
+        fh.seek(max(0, size - 65_557))
         tail = fh.read()
         at = tail.rfind(b"PK\x05\x06")
         if at < 0 or len(tail) - at < 22:
-            return None
-        count = int.from_bytes(tail[at + 10 : at + 12], "little")
+            return 0
+        where = size - len(tail) + at
+        cd_size = int.from_bytes(tail[at + 12 : at + 16], "little")
         locator = at - 20
-        if count == 0xFFFF and locator >= 0 and tail[locator : locator + 4] == b"PK\x06\x07":
+        if locator >= 0 and tail[locator : locator + 4] == b"PK\x06\x07":
             fh.seek(int.from_bytes(tail[locator + 8 : locator + 16], "little"))
             record = fh.read(56)
             if record[:4] == b"PK\x06\x06":
-                count = int.from_bytes(record[32:40], "little")
+                cd_size = int.from_bytes(record[40:48], "little")
+                where -= 76  # zipfile counts from the zip64 record (56) and its locator (20)
+        start, count = where - cd_size, 0
+        if start < 0:
+            return 0
+        fh.seek(start)
+        while fh.tell() < where and count <= limit:
+            header = fh.read(46)
+            if len(header) < 46 or header[:4] != b"PK\x01\x02":
+                break
+            count += 1
+            names = sum(int.from_bytes(header[k : k + 2], "little") for k in (28, 30, 32))
+            fh.seek(names, os.SEEK_CUR)
     return count
 
 
 def unpack_zip(body: Path, writer: _Writer) -> None:
-    declared = zip_entries(body)
-    if declared is not None and declared > writer.limits.max_files:
+    if zip_entries(body, writer.limits.max_files) > writer.limits.max_files:
         raise _too_many(writer.limits.max_files)
     with zipfile.ZipFile(body) as archive:
         for info in archive.infolist():

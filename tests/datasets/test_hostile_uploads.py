@@ -76,6 +76,12 @@ def test_bombs_many_members_or_huge_sizes_stop_at_the_limits(guarded: Service) -
     assert "TRM_MAX_DATASET_FILES" in refused(
         push(guarded.http, "bomb", many), 413, "too_many_files"
     )
+    # An end record that says 1 member in front of a directory of 60: the directory is counted.
+    lying = bytearray(many)
+    end = lying.rfind(b"PK\x05\x06")
+    lying[end + 8 : end + 12] = (1).to_bytes(2, "little") * 2
+    assert len(zipfile.ZipFile(io.BytesIO(bytes(lying))).infolist()) == 60
+    refused(push(guarded.http, "bomb", bytes(lying)), 413, "too_many_files")
     inflating = zip_with({"zeros.jsonl": b"\n" * 5_000_000})
     assert len(inflating) < 200_000
     message = refused(push(guarded.http, "bomb", inflating), 413, "unpacked_too_large")
