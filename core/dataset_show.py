@@ -92,7 +92,7 @@ def _layouts(files: list[str]) -> tuple[dict[str, list[str]], dict[str, list[str
     jsonl: dict[str, list[str]] = {}
     unread: list[str] = []
     for rel in files:
-        match = PLAY.match(rel)
+        match = PLAY.fullmatch(rel)
         if match:
             play.setdefault(match.group("root") or "", []).append(rel)
         elif rel.endswith(".jsonl"):
@@ -201,7 +201,7 @@ def show(folder: Path, meta: DatasetMeta) -> DatasetShow:
     listed: list[FileRows] = []
     for _root, traces in sorted(play.items()):
         for rel in traces:
-            match = PLAY.match(rel)
+            match = PLAY.fullmatch(rel)
             listed.append(reader.read(folder, rel, match.group("world") if match else None))
     for traces in jsonl.values():
         for rel in traces:

@@ -96,7 +96,7 @@ def _invalid(field_name: str, message: str) -> ApiError:
 
 
 def check_name(name: str) -> str:
-    if not NAME.match(name):
+    if not NAME.fullmatch(name):
         raise refuse(
             422,
             "validation_error",
@@ -120,7 +120,7 @@ def names(data_dir: Path) -> list[str]:
     top = root_of(data_dir)
     if not top.is_dir():
         return []
-    return sorted(p.name for p in top.iterdir() if NAME.match(p.name) and (p / META).is_file())
+    return sorted(p.name for p in top.iterdir() if NAME.fullmatch(p.name) and (p / META).is_file())
 
 
 def load(data_dir: Path, name: str) -> DatasetMeta:
@@ -213,7 +213,7 @@ def member_path(name: str) -> str | None:
         return None
     if len(parts) > MAX_DEPTH or len(name) > MAX_MEMBER_PATH:
         raise _unsafe(shown, f"deeper than {MAX_DEPTH} folders or longer than {MAX_MEMBER_PATH}")
-    bad = next((p for p in parts if not PART.match(p)), None)
+    bad = next((p for p in parts if not PART.fullmatch(p)), None)
     if bad is not None:
         raise _unsafe(
             shown,

@@ -85,7 +85,7 @@ def _check_headers(request: Request, sha256: str | None, limit: int) -> str:
             "(application/x-ndjson)",
             "Content-Type",
         )
-    if sha256 is None or not HEX64.match(sha256):
+    if sha256 is None or not HEX64.fullmatch(sha256):
         raise refuse(
             400,
             "checksum_required",
@@ -121,7 +121,7 @@ async def push_dataset(
     datasets.check_name(name)
     limit = settings.max_dataset_bytes
     expected = _check_headers(request, x_content_sha256, limit)
-    if filename is not None and not FILENAME.match(filename):
+    if filename is not None and not FILENAME.fullmatch(filename):
         raise refuse(
             422,
             "validation_error",

@@ -57,6 +57,7 @@ HOSTILE_TARS = {
     "device": ([member("dev", type=tarfile.CHRTYPE)], "device"),
     "odd name": ([member("logs/rows$(rm).jsonl")], "character outside"),
     "twice": ([member("a.jsonl"), member("a.jsonl")], "appears twice"),
+    "newline": ([member("logs/a.jsonl\n")], "character outside"),
 }
 
 
@@ -123,6 +124,7 @@ def test_a_wrong_checksum_a_big_body_and_a_foreign_type_are_refused(guarded: Ser
     garbage = b"\x00\x01 not an archive"
     refused(push(guarded.http, "bad", garbage), 422, "unknown_format")
     refused(push(guarded.http, "Bad..Name!", body), 422, "validation_error")
+    refused(push(guarded.http, "bad%0A", body), 422, "validation_error")
     assert left_behind(guarded.settings, "bad") == []
 
 
