@@ -16,7 +16,7 @@ import errno
 import hashlib
 import re
 import shutil
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -99,7 +99,38 @@ def _check_headers(request: Request, sha256: str | None, limit: int) -> str:
     return sha256.lower()
 
 
-@router.put("/datasets/{name}", status_code=201, response_model=Pushed)
+BINARY = {"schema": {"type": "string", "format": "binary"}}
+UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            kind: BINARY
+            for kind in (
+                "application/gzip",
+                "application/x-tar",
+                "application/zip",
+                "application/x-ndjson",
+            )
+        },
+    }
+}
+UPLOAD_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "no X-Content-SHA256, or not 64 hex digits"},
+    409: {"description": "the name is taken (without replace), or a run reads it"},
+    413: {"description": "over TRM_MAX_DATASET_BYTES, _FILES or _UNPACKED_BYTES"},
+    415: {"description": "a content type that is not an archive"},
+    422: {"description": "checksum mismatch, unknown format, an unsafe member, a bad name"},
+    507: {"description": "no space left in TRM_DATA_DIR"},
+}
+
+
+@router.put(
+    "/datasets/{name}",
+    status_code=201,
+    response_model=Pushed,
+    openapi_extra=UPLOAD_BODY,
+    responses=UPLOAD_ERRORS,
+)
 async def push_dataset(
     name: str,
     request: Request,
