@@ -28,6 +28,7 @@ from tests.conftest import Service
 from tests.security.test_hostile import assert_error
 from tests.service.test_controllers import Trained
 from tests.service.test_controllers import trained as trained  # noqa: F401 - the fixture
+from trm_mcp.server import HttpRefused, required_token
 
 DRY = {"kind": "selftest", "dry_run": True}
 ROW = {"state": "request: summarize the quarterly report", "tools": ["TRM_ONLY", "LLM_DIRECT"]}
@@ -238,3 +239,16 @@ def test_a_page_of_the_decision_log_is_bounded_in_size_not_only_in_rows(trained:
         ).json()
         seen += [d["id"] for d in page["decisions"]]
     assert len(seen) == len(set(seen)) == 300 and seen == sorted(seen, reverse=True)
+
+
+@pytest.mark.parametrize(
+    "bind", ["0.0.0.0", "::", "[::]", "192.0.2.2", "fd00::2", "127.0.0.2", "0:0:0:0:0:0:0:1"]
+)
+def test_trm_mcp_http_beyond_the_loopback_names_will_not_serve_without_a_token(bind: str) -> None:
+    """Every bind but the loopback names (a wildcard of either family, a LAN address, another
+    loopback address, the long spelling of ::1) needs TRM_API_TOKEN, which callers then send."""
+    with pytest.raises(HttpRefused, match="TRM_API_TOKEN"):
+        required_token(bind, None)
+    assert required_token(bind, "s3cret") == "s3cret"
+    for loopback in ("127.0.0.1", "localhost", "::1", "[::1]"):
+        assert required_token(loopback, None) is None
