@@ -16,6 +16,7 @@ import errno
 import hashlib
 import re
 import shutil
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
@@ -167,6 +168,7 @@ async def push_dataset(
         readers = await run_in_threadpool(datasets.readers, db, data_dir, name)
         if readers:
             raise datasets.in_use(readers, name, "replace it")
+    await run_in_threadpool(_check_room, request, data_dir, settings.min_free_bytes)
     scratch = await run_in_threadpool(datasets.incoming, data_dir)
     try:
         body = scratch / "upload"
@@ -216,6 +218,23 @@ async def push_dataset(
     folder = datasets.folder_of(data_dir, name)
     view = await run_in_threadpool(show, folder, meta)
     return Pushed(dataset=meta, replaced=present, show=view)
+
+
+def _check_room(request: Request, data_dir: Path, min_free: int) -> None:
+    """507 when the upload, as declared, would leave less than TRM_MIN_FREE_BYTES on the disk
+    of TRM_DATA_DIR (the runs and the database may share it)."""
+    declared = request.headers.get("content-length", "")
+    size = int(declared) if declared.isdigit() else 0
+    data_dir.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(data_dir).free
+    if free - size < min_free:
+        raise ApiError(
+            507,
+            "disk_full",
+            f"the disk of TRM_DATA_DIR ({data_dir}) has {free} bytes free; this upload of "
+            f"{size} bytes would leave less than TRM_MIN_FREE_BYTES ({min_free})",
+            {"disk": str(data_dir), "free_bytes": free, "min_free_bytes": min_free},
+        )
 
 
 @router.get("/datasets", response_model=DatasetList)

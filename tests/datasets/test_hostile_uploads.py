@@ -207,3 +207,22 @@ def test_show_bounds_its_reading_and_says_so(guarded: Service) -> None:
     assert view["complete"] is False and "lower bounds" in view["note"]
     assert view["files"][0]["read"] == "part" and view["files"][0]["rows"] == 200_000
     assert guarded.http.delete("/datasets/long").status_code == 200
+
+
+def test_an_upload_that_would_leave_the_disk_short_is_refused(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """TRM_MIN_FREE_BYTES over the disk's free space: every upload is a 507 naming both."""
+    root = tmp_path_factory.mktemp("full-disk")
+    scratch = Scratch(root, create_database("sqlite", root))
+    scratch.migrate()
+    svc = Service({**scratch.env, **QUICK, "TRM_MIN_FREE_BYTES": str(10**18)}, root / "logs")
+    svc.start_api()
+    try:
+        body = tar_with([member("rows.jsonl")])
+        message = refused(push(svc.http, "full", body), 507, "disk_full")
+        assert "TRM_MIN_FREE_BYTES" in message and str(svc.settings.data_dir) in message
+        assert left_behind(svc.settings, "full") == []
+    finally:
+        svc.stop()
+        scratch.drop()
