@@ -104,6 +104,8 @@ def bench_schema() -> dict[str, Any]:
             "baseline": {**ref, "description": "what it is compared to (same forms)"},
             "data": {"type": "string", "description": "an external bench's data folder"},
             "instances": {"type": "integer", "minimum": 1, "description": "jobshop only"},
+            "episodes": {"type": "integer", "minimum": 1, "description": "fewer: quicker"},
+            "train_sample": {"type": "integer", "minimum": 1},
             "dry_run": {"type": "boolean", "description": "resolve and plan only"},
             "idempotency_key": KEY,
             "rerun": RERUN,
@@ -147,7 +149,7 @@ async def submit_run(api: Api, args: dict[str, Any]) -> Any:
 
 
 async def start_bench(api: Api, args: dict[str, Any]) -> Any:
-    fields = ("router", "baseline", "data", "instances")
+    fields = ("router", "baseline", "data", "instances", "episodes", "train_sample")
     body = {k: args[k] for k in fields if args.get(k) is not None}
     params = {"dry_run": "true" if args.get("dry_run") else None}
     return await start(api, "start_bench", args, f"/benches/{args['name']}", body, params)
