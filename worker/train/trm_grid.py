@@ -51,10 +51,11 @@ class Score:
 @torch.no_grad()
 def score(model: GridTRM, puzzles: PuzzleSet, halting: bool = False) -> Score:
     model.eval()
+    device = model.y0.device
     exact = cells = open_cells = steps = 0.0
     for start in range(0, len(puzzles), EVAL_BATCH):
-        grid = torch.from_numpy(puzzles.inputs[start : start + EVAL_BATCH])
-        label = torch.from_numpy(puzzles.labels[start : start + EVAL_BATCH])
+        grid = torch.from_numpy(puzzles.inputs[start : start + EVAL_BATCH]).to(device)
+        label = torch.from_numpy(puzzles.labels[start : start + EVAL_BATCH]).to(device)
         answer, used = model.solve(grid, halting=halting)
         exact += float((answer == label).all(-1).sum())
         free = grid == 0
@@ -94,12 +95,14 @@ class Carry:
         self.gen = np.random.default_rng(seed)
         self.draw = data.kind.augmenter(data.params)
         b, cells, hidden = config.batch_size, model.cells, config.hidden
-        self.grid = torch.zeros(b, cells, dtype=torch.long)
-        self.label = torch.zeros(b, cells, dtype=torch.long)
-        self.y, self.z = torch.zeros(b, cells, hidden), torch.zeros(b, cells, hidden)
-        self.steps = torch.zeros(b, dtype=torch.long)
-        self.min_steps = torch.zeros(b, dtype=torch.long)
-        self.refill(torch.ones(b, dtype=torch.bool))
+        self.device = device = model.y0.device
+        self.grid = torch.zeros(b, cells, dtype=torch.long, device=device)
+        self.label = torch.zeros(b, cells, dtype=torch.long, device=device)
+        self.y = torch.zeros(b, cells, hidden, device=device)
+        self.z = torch.zeros(b, cells, hidden, device=device)
+        self.steps = torch.zeros(b, dtype=torch.long, device=device)
+        self.min_steps = torch.zeros(b, dtype=torch.long, device=device)
+        self.refill(torch.ones(b, dtype=torch.bool, device=device))
 
     def refill(self, mask: torch.Tensor) -> None:
         slots = torch.nonzero(mask).flatten().tolist()
@@ -111,18 +114,15 @@ class Carry:
             for i in range(len(slots)):
                 aug = self.draw(self.gen)
                 grids[i], labels[i] = aug.apply(grids[i]), aug.apply(labels[i])
-        index = torch.tensor(slots)
-        self.grid[index] = torch.from_numpy(grids)
-        self.label[index] = torch.from_numpy(labels)
-        y0, z0 = self.model.start(torch.zeros(len(slots), self.model.cells, self.config.hidden))
-        self.y[index], self.z[index] = y0.detach(), z0.detach()
+        index = torch.tensor(slots, device=self.device)
+        self.grid[index] = torch.from_numpy(grids).to(self.device)
+        self.label[index] = torch.from_numpy(labels).to(self.device)
+        self.y[index], self.z[index] = self.model.y0, self.model.z0
         self.steps[index] = 0
-        n_sup = self.config.supervision_steps
-        explore = torch.rand(len(slots)) < self.config.halt_exploration
-        low = min(2, n_sup)
-        self.min_steps[index] = torch.where(
-            explore, torch.randint(low, n_sup + 1, (len(slots),)), torch.zeros(len(slots)).long()
-        )
+        n_sup, count = self.config.supervision_steps, len(slots)
+        explore = torch.from_numpy(self.gen.random(count) < self.config.halt_exploration)
+        least = torch.from_numpy(self.gen.integers(min(2, n_sup), n_sup + 1, count))
+        self.min_steps[index] = torch.where(explore, least, 0).to(self.device)
 
 
 def train(
@@ -133,10 +133,11 @@ def train(
     *,
     seed: int,
     max_seconds: float | None = None,
+    device: str = "cpu",
 ) -> tuple[GridTRM, GridResult]:
     """The model of the best val point (the last average without val), and what happened."""
     torch.manual_seed(seed)
-    model = GridTRM(config, data.vocab, data.side * data.side)
+    model = GridTRM(config, data.vocab, data.side * data.side).to(device)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.95)
     )
