@@ -348,7 +348,7 @@ def http_bench(
         log.close()
 
 
-def _load() -> str:
+def _load_average() -> str:
     """The 1, 5 and 15 minute load averages: what else wanted the CPU."""
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -477,8 +477,20 @@ def main() -> int:
     print(
         "(ms a decision, p50 of wall time; cpu p50: of this process's CPU time; encode: the "
         "decision-time encoder, general: the general one on the same rows; ratio: decide time "
-        f"/ forward time; load average {_load()})"
+        f"/ forward time; load average {_load_average()})"
     )
+    methods_cpu = ("decide", "forward", "encode", "general", "numpy", "torch")
+    print(
+        f"\nCPU time p50, ms a decision\n{'trainer':>7} {'batch':>5} | "
+        + " ".join(f"{m:>8}" for m in methods_cpu)
+    )
+    for r in results:
+        print(
+            f"{r['trainer']:>7} {r['batch']:>5} | "
+            + " ".join(
+                f"{r[m]['cpu_p50_ms']:>8.3f}" if m in r else f"{'-':>8}" for m in methods_cpu
+            )
+        )
     http: list[dict[str, Any]] = []
     memory: dict[str, Any] = {}
     if args.http_seconds > 0:
@@ -508,10 +520,10 @@ def main() -> int:
 
 def targets(results: list[dict[str, Any]], http: list[dict[str, Any]], memory: Any) -> str:
     """Every target with its measured figure and the bare forward's ceiling, met or not."""
-    lines = [f"{'target':<44} {'measured':>12} {'ceiling':>12}  met"]
+    lines = [f"{'target':<52} {'measured':>12} {'ceiling':>12}  met"]
 
     def row(what: str, value: float, unit: str, ceiling: str, met: bool) -> None:
-        lines.append(f"{what:<44} {value:>9.3f} {unit:<2} {ceiling:>12}  {'yes' if met else 'NO'}")
+        lines.append(f"{what:<52} {value:>9.3f} {unit:<2} {ceiling:>12}  {'yes' if met else 'NO'}")
 
     for r in results:
         d, f, t, b = r["decide"], r["forward"], r["trainer"], r["batch"]

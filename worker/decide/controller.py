@@ -131,8 +131,8 @@ def lm_note(policy: Any) -> str:
     where = "a GPU" if getattr(device, "type", "cpu") == "cuda" else "the CPU"
     return (
         f"slow: a qlora controller scores every candidate with its language model on {where} "
-        "(a forward a candidate: tens of milliseconds a row on a GPU, seconds on a CPU; a trm or "
-        "a gbdt decides a row in about a millisecond)"
+        "(one forward of the LM a candidate; a trm or a gbdt decides a row in about a "
+        "millisecond)"
     )
 
 
