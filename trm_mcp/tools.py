@@ -99,12 +99,12 @@ def bench_schema() -> dict[str, Any]:
     ref = {"type": "string", "maxLength": 500}
     return obj(
         {
-            "name": {"type": "string", "description": "from list_benches, e.g. routerbench"},
+            "name": {"type": "string", "description": "from list_benches"},
             "router": {**ref, "description": "none, a train run id, or <hillclimb id>:final"},
             "baseline": {**ref, "description": "what it is compared to (same forms)"},
             "data": {"type": "string", "description": "an external bench's data folder"},
             "instances": {"type": "integer", "minimum": 1, "description": "jobshop only"},
-            "episodes": {"type": "integer", "minimum": 1, "description": "fewer: quicker"},
+            "episodes": {"type": "integer", "minimum": 1},
             "train_sample": {"type": "integer", "minimum": 1},
             "dry_run": {"type": "boolean", "description": "resolve and plan only"},
             "idempotency_key": KEY,
@@ -285,8 +285,39 @@ def _total_bytes(content_range: str | None, fallback: int) -> int:
     return fallback
 
 
+# A candidate's fields in a compact ledger: the last value each took over its events.
+LEDGER_KEEP = (
+    "rung",
+    "knob_diff",
+    "run_id",
+    "anchor_score",
+    "generalization_gap",
+    "decision",
+    "reason",
+    "reused_from",
+)
+
+
 async def get_ledger(api: Api, args: dict[str, Any]) -> Any:
-    return await api.json("GET", f"/runs/{args['run_id']}/ledger")
+    page = await api.json("GET", f"/runs/{args['run_id']}/ledger")
+    return page if args.get("full") else compact_ledger(page.get("entries") or [])
+
+
+def compact_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """One line per candidate (its last decision, score and reason) and the search's own events
+    (rung moves, the stop), in the ledger's order; every event row with full=true."""
+    candidates: dict[str, dict[str, Any]] = {}
+    search: list[dict[str, Any]] = []
+    for row in entries:
+        cid, event = row.get("candidate_id"), row.get("event")
+        if event == "rung" or cid == "search":
+            keep = ("candidate_id", "event", "rung", "reason")
+            search.append({k: row[k] for k in keep if row.get(k) is not None})
+            continue
+        line = candidates.setdefault(str(cid), {"candidate": cid})
+        line["last_event"] = event
+        line.update({k: row[k] for k in LEDGER_KEEP if row.get(k) is not None})
+    return {"candidates": list(candidates.values()), "search": search, "events": len(entries)}
 
 
 def _controller_path(name: str, tail: str = "") -> str:
@@ -411,7 +442,8 @@ def tools() -> list[Tool]:
                   "max_bytes": {"type": "integer", "minimum": 1, "maximum": ARTIFACT_CAP},
                   "offset": {"type": "integer", "minimum": 0}},
                  ("run_id",)), read_artifact),
-        Tool("get_ledger", "A hill-climb's ledger: each candidate and its score.", run_only,
+        Tool("get_ledger", "A hill-climb's ledger, a line a candidate (full=true: each event).",
+             obj({"run_id": RUN_ID, "full": FULL}, ("run_id",)),
              get_ledger),
         Tool("list_controllers", "Promoted controllers and their live versions; name=X: its "
              "versions.", obj({"name": {"type": "string"}}), list_controllers),

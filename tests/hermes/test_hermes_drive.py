@@ -159,8 +159,10 @@ def test_hermes_drives_logs_to_train_bench_hillclimb_and_final_bench(
     search_id = search["run"]["id"]
     search_done = hermes.wait(search_id)
     assert search_done["run"]["status"] == "completed", search_done
-    ledger = hermes.call("get_ledger", run_id=search_id)
-    assert "c000" in json.dumps(ledger)
+    ledger = hermes.call("get_ledger", run_id=search_id)  # compact: a line a candidate
+    root = ledger["candidates"][0]
+    assert root["candidate"] == "c000" and root["decision"] == "best", ledger
+    assert root["anchor_score"] is not None and ledger["events"] > len(ledger["candidates"])
 
     final = hermes.call(
         "start_bench", name="routerbench", router=f"{search_id}:final", **QUICK_BENCH
