@@ -163,6 +163,13 @@ class FastEncoder:
                     self.pairs[prefix].setdefault(body[:at], {})[body[at + 1 :]] = column
                     at = body.find(sep, at + 1)
         self.compared_keys = set(self.pairs["D"]) | set(self.pairs["GE"])
+        # An aligned number's kept columns: its own value (`A:`), rank, distance to the max, to
+        # the min (None where not kept).
+        self.number_columns: dict[str, tuple[int | None, ...]] = {
+            path: tuple(self.single[k].get(path) for k in ("A", "R", "HI", "LO"))
+            for k in ("A", "R", "HI", "LO")
+            for path in self.single[k]
+        }
         ranked = [b for k in ("R", "HI", "LO") for b in self.single[k]]
         self.matches = any(n.startswith(_MATCHES) for n in space.names) or any(
             b.startswith(_MATCHES) for b in ranked
@@ -302,12 +309,21 @@ class FastEncoder:
                     columns.setdefault(path, []).append(value)
 
         single, pairs = self.single, self.pairs
-        a_col, r_col, hi_col, lo_col = single["A"], single["R"], single["HI"], single["LO"]
         len_col, c_col, p_col, n_col = single["LEN"], single["C"], single["P"], single["N"]
         cov, inn, eq = pairs["COV"], pairs["IN"], pairs["EQ"]
         d_pairs, ge_pairs = pairs["D"], pairs["GE"]
         c_place = [(c_col[p], v) for p, v in ctx_numbers if p in c_col]
         name_in = single["NAME_IN"]
+        # The context by path, as the general loops over it leave each name's value: the last
+        # number and string of a path, its last non-empty set, every string it has (`EQ:` is
+        # set by any of them).
+        number_at = dict(ctx_numbers)
+        string_at = dict(ctx_strings)
+        strings_at: dict[str, set[str]] = {}
+        for cpath, cstr in ctx_strings:
+            strings_at.setdefault(cpath, set()).add(cstr)
+        set_at = {cpath: cset for cpath, cset in ctx_sets if cset}
+        crossable = {k for k in shared if k.startswith(_CROSSED) and " " not in k}
         for i in range(n):
             f: dict[int, float] = {}
             # ids.id_features
@@ -327,19 +343,18 @@ class FastEncoder:
             # aligned.aligned_features
             for path, value in aligned[i]:
                 if isinstance(value, float):
-                    j = a_col.get(path)
-                    if j is not None:
-                        f[j] = value
-                    column = columns[path]
-                    j = r_col.get(path)
-                    if j is not None:
-                        f[j] = sum(v < value for v in column) / len(column)
-                    j = hi_col.get(path)
-                    if j is not None:
-                        f[j] = value - max(column)
-                    j = lo_col.get(path)
-                    if j is not None:
-                        f[j] = value - min(column)
+                    kept = self.number_columns.get(path)
+                    if kept is not None:
+                        a, r, hi, lo = kept
+                        column = columns[path]
+                        if a is not None:
+                            f[a] = value
+                        if r is not None:
+                            f[r] = sum(v < value for v in column) / len(column)
+                        if hi is not None:
+                            f[hi] = value - max(column)
+                        if lo is not None:
+                            f[lo] = value - min(column)
                     own.append((name("A", path), value))
                 elif isinstance(value, frozenset):
                     j = len_col.get(path)
@@ -347,22 +362,20 @@ class FastEncoder:
                         f[j] = float(len(value))
                     wanted = cov.get(path)
                     if wanted:
-                        for cpath, cset in ctx_sets:
-                            j = wanted.get(cpath)
-                            if cset and j is not None:
+                        for cpath, j in wanted.items():
+                            cset = set_at.get(cpath)
+                            if cset is not None:
                                 f[j] = len(cset & value) / len(cset)
                     wanted = inn.get(path)
                     if wanted:
-                        for cpath, cstr in ctx_strings:
-                            j = wanted.get(cpath)
-                            if j is not None:
-                                f[j] = float(cstr in value)
+                        for cpath, j in wanted.items():
+                            if cpath in string_at:
+                                f[j] = float(string_at[cpath] in value)
                 elif isinstance(value, str):
                     wanted = eq.get(path)
                     if wanted:
-                        for cpath, cstr in ctx_strings:
-                            j = wanted.get(cpath)
-                            if cstr == value and j is not None:
+                        for cpath, j in wanted.items():
+                            if value in strings_at.get(cpath, ()):
                                 f[j] = 1.0
                     if is_cells(value):
                         cells: dict[str, float] = {}
@@ -372,12 +385,12 @@ class FastEncoder:
             for key, value in own[: al.MAX_ALIGNED]:
                 if key not in self.compared_keys:
                     continue
-                d_wanted, ge_wanted = d_pairs.get(key), ge_pairs.get(key)
-                for cpath, cvalue in ctx_numbers:
-                    if d_wanted is not None and (j := d_wanted.get(cpath)) is not None:
-                        f[j] = value - float(cvalue)
-                    if ge_wanted is not None and (j := ge_wanted.get(cpath)) is not None:
-                        f[j] = float(value >= cvalue)
+                for cpath, j in d_pairs.get(key, {}).items():
+                    if cpath in number_at:
+                        f[j] = value - float(number_at[cpath])
+                for cpath, j in ge_pairs.get(key, {}).items():
+                    if cpath in number_at:
+                        f[j] = float(value >= number_at[cpath])
             for j, cvalue in c_place:
                 f[j] = float(cvalue)
             # aligned.name_in
@@ -398,10 +411,8 @@ class FastEncoder:
             if n <= cx.MAX_CROSSED_CANDIDATES:
                 crossed = self.crossed.get(info.lows[i])
                 if crossed:
-                    for key, value in shared.items():
-                        j = crossed.get(key)
-                        if j is not None and key.startswith(_CROSSED) and " " not in key:
-                            f[j] = value
+                    for key in crossed.keys() & crossable:
+                        f[crossed[key]] = shared[key]
             if f:
                 out[i, list(f)] = list(f.values())
         # aligned.ranks of the text matches, ids.id_number_ranks, context.list_shapes: into
