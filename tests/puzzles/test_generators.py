@@ -106,3 +106,34 @@ def test_a_set_is_reproducible_and_its_prefix_is_a_smaller_set(tmp_path) -> None
     back = type(big).load(tmp_path)
     assert back.params == params and (back.labels == big.labels).all()
     assert identity(36, 7).apply(back.inputs).tolist() == big.inputs.tolist()
+
+
+def test_a_set_drawn_by_two_processes_is_the_same_set(tmp_path) -> None:
+    from worker.puzzles.__main__ import main
+
+    params = MazeParams(8, 0.4, 12, "random")
+    assert (
+        main(
+            [
+                "maze",
+                "--side",
+                "8",
+                "--wall-share",
+                "0.4",
+                "--min-path",
+                "12",
+                "--style",
+                "random",
+                "--count",
+                "6",
+                "--jobs",
+                "2",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
+    saved = type(generate_set("maze", params, 1, 0)).load(tmp_path)
+    assert saved.params == params
+    assert (saved.inputs == generate_set("maze", params, 6, seed=0).inputs).all()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from io import BytesIO
 from pathlib import Path
@@ -150,8 +151,18 @@ class PuzzleSet:
         return cls(family.name, family.params(**meta["params"]), inputs, labels)
 
 
-def generate_set(family: str, params: Params, count: int, seed: int) -> PuzzleSet:
-    """`count` distinct checked puzzles of `family`; puzzle i drawn from its own stream."""
+def _make_checked(job: tuple[str, Params, str]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    family, params, stream = job
+    kind = PUZZLES[family]
+    puzzle, answer = kind.make(params, stream)
+    if not kind.check(params, np.array(puzzle), np.array(answer)):
+        raise AssertionError(f"{family} generator made an answer its oracle rejects ({stream})")
+    return puzzle, answer
+
+
+def generate_set(family: str, params: Params, count: int, seed: int, jobs: int = 1) -> PuzzleSet:
+    """`count` distinct checked puzzles of `family`; puzzle i drawn from its own stream, so the
+    set is the same whatever `jobs` (processes drawing at once) is."""
     if family not in PUZZLES:
         raise KeyError(f"unknown puzzle family {family!r}; known: {', '.join(PUZZLES)}")
     kind = PUZZLES[family]
@@ -159,14 +170,22 @@ def generate_set(family: str, params: Params, count: int, seed: int) -> PuzzleSe
     inputs: list[tuple[int, ...]] = []
     labels: list[tuple[int, ...]] = []
     index = 0
-    while len(inputs) < count:
-        puzzle, answer = kind.make(params, f"puzzle|{family}|{seed}|{index}")
-        index += 1
-        if puzzle in seen:
-            continue
-        if not kind.check(params, np.array(puzzle), np.array(answer)):
-            raise AssertionError(f"{family} generator made an answer its oracle rejects")
-        seen.add(puzzle)
-        inputs.append(puzzle)
-        labels.append(answer)
+    pool = ProcessPoolExecutor(jobs) if jobs > 1 else None
+    try:
+        while len(inputs) < count:
+            wanted = count - len(inputs)
+            streams = [f"puzzle|{family}|{seed}|{i}" for i in range(index, index + wanted)]
+            batch = [(family, params, stream) for stream in streams]
+            index += wanted
+            made = (
+                pool.map(_make_checked, batch, chunksize=8) if pool else map(_make_checked, batch)
+            )
+            for puzzle, answer in made:
+                if puzzle not in seen and len(inputs) < count:
+                    seen.add(puzzle)
+                    inputs.append(puzzle)
+                    labels.append(answer)
+    finally:
+        if pool:
+            pool.shutdown()
     return PuzzleSet(kind.name, params, np.array(inputs, np.int64), np.array(labels, np.int64))
