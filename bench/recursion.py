@@ -135,6 +135,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         "halting_steps": halted.steps,
         "steps": result.steps,
         "train_seconds": result.train_seconds,
+        "eval_seconds": result.eval_seconds,
         "parameters": result.parameters,
         "best_step": result.best_step,
         "curve": [asdict(p) for p in result.curve],
@@ -156,6 +157,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "cells": statistics.mean(r["cells"] for r in rows),
         "halting_steps": statistics.mean(r["halting_steps"] for r in rows),
         "seconds": statistics.mean(r["train_seconds"] for r in rows),
+        "eval_seconds": statistics.mean(r["eval_seconds"] for r in rows),
         "steps": statistics.mean(r["steps"] for r in rows),
         "parameters": rows[0]["parameters"],
         "seeds": len(rows),
@@ -242,14 +244,16 @@ def main() -> int:
     report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "results": {}}
     print(
         f"\nexact-answer accuracy (mean over {len(seeds)} seeds, 95% Wilson interval over "
-        "their test puzzles, seed spread = std), per-cell accuracy on open cells"
+        "their test puzzles, seed spread = std), per-cell accuracy on open cells; halt: mean "
+        "supervision steps with halting; secs: train wall time, (eval) the val points' share"
     )
     for family in args.families.split(","):
         paper = PAPER[family]
         print(f"\n{family}  (paper, another scale: {paper['where']})")
         print(
             f"  {'variant':14s} {'exact':>6s} {'95% interval':>15s} {'spread':>7s} "
-            f"{'cells':>6s} {'halt':>5s} {'steps':>6s} {'secs':>6s} {'params':>7s} paper"
+            f"{'cells':>6s} {'halt':>5s} {'steps':>6s} {'secs':>6s} {'(eval)':>6s} "
+            f"{'params':>7s} paper"
         )
         for variant in args.variants.split(","):
             mine = [r for r in rows if r["family"] == family and r["variant"] == variant]
@@ -260,6 +264,7 @@ def main() -> int:
                 f"  {variant:14s} {s['exact']:6.3f} [{s['interval'][0]:.3f}, "
                 f"{s['interval'][1]:.3f}] {s['spread']:7.3f} {s['cells']:6.3f} "
                 f"{s['halting_steps']:5.1f} {s['steps']:6.0f} {s['seconds']:6.0f} "
+                f"{s['eval_seconds']:6.0f} "
                 f"{s['parameters']:7d} {'-' if ref is None else f'{ref:.1f}%'}"
             )
         print("  learning curve (val exact, mean over seeds) by step:")

@@ -15,7 +15,8 @@ Read top to bottom: scoring, the carry of puzzles in flight, `train()`.
 - **EMA and selection**: the weights are averaged (`ema_decay`); every `eval_every` steps the
   average is scored on `eval_puzzles` val puzzles (all N_sup steps, as the paper evaluates) and
   the best is kept. `callbacks.on_eval` gets each point: the learning curve.
-- **Stop**: `max_steps`, `callbacks.should_stop()` (cancel, budget) or `max_seconds` here.
+- **Stop**: `max_steps`, `callbacks.should_stop()` (cancel, budget) or `max_seconds` here
+  (wall time, the val points included: `eval_seconds` says how much of it they took).
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ class GridResult:
     val: Score | None
     curve: list[CurvePoint] = field(default_factory=list)
     stopped_by: str | None = None
+    eval_seconds: float = 0.0  # of train_seconds, spent scoring val points
 
 
 class Carry:
@@ -198,10 +200,12 @@ def _select(
     """Score the average on val; keep it when its exact accuracy (then cell accuracy) is at
     least the best so far (a later equal point has had longer to learn when to halt). The
     training weights are put back."""
+    began = time.perf_counter()
     training = {k: v.detach().clone() for k, v in model.state_dict().items()}
     model.load_state_dict(ema.weights)
     got = score(model, evals)
     model.load_state_dict(training)
+    result.eval_seconds = round(result.eval_seconds + time.perf_counter() - began, 3)
     seconds = round(time.perf_counter() - started, 2)
     result.curve.append(CurvePoint(step, seconds, got.exact, got.cells))
     callbacks.on_eval(step, val_exact=got.exact, val_cells=got.cells, seconds=seconds)
