@@ -29,8 +29,10 @@ frozen rows of every family and on routerBench's anchor rows.
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -51,6 +53,7 @@ from worker.models.feature_space import FeatureSpace
 
 FORMAT = "trm-features/5"  # the feature space format whose assembly this module re-states
 TOOLS_CACHE = 1024  # candidate lists whose names and pieces are kept
+LAYOUTS = 1024  # layouts (JSON keys and candidates) kept
 _MATCHES = ("TO:", "TC:", "TCOS:", "TN:")
 _CROSSED = ("W:", "WIN:")  # context.crossed's kinds
 # Kinds whose names are split into parts here; the rest (cells, grids, lists, plans, id ranks)
@@ -133,6 +136,17 @@ class ToolsInfo:
         self.pieces = [ids.pieces_of(t) for t in tools]
 
 
+@dataclass(frozen=True)
+class Layout:
+    """What a flat state's keys and the candidates alone decide (`_flat_signature`): each
+    candidate's id with the state's names spelled out (`ids.numbers_outside_names`), its aligned
+    parts as (path with `*`, the keys that reach the part) and each part's concrete root."""
+
+    numbered: list[str]
+    parts: list[list[tuple[str, tuple[str, ...]]]]
+    roots: list[list[str | None]]
+
+
 class FastEncoder:
     """A feature space compiled for decisions. `raw(rows)` and `scaled(rows)` are the general
     encoder's matrices for those rows (stacked: each row's candidates in turn, and each row's
@@ -146,6 +160,7 @@ class FastEncoder:
         self._mean = np.asarray(space.mean, dtype=np.float64)
         self._scale = np.asarray(space.scale, dtype=np.float64)
         self._tools: OrderedDict[tuple[str, ...], ToolsInfo] = OrderedDict()
+        self._layouts: OrderedDict[tuple[Any, ...], Layout | None] = OrderedDict()
         self.reason = _unsupported(space)
         self.compiled = self.reason is None
         self.single: dict[str, dict[str, int]] = {k: {} for k in _SINGLE}
@@ -221,30 +236,49 @@ class FastEncoder:
         if not self.compiled:
             out[:] = self.general(state_text, tools)
             return
-        state = cx.parse_state(state_text)
-        self._candidates(state, tools, out)
+        # context.parse_state, with the JSON's own keys kept for the layout cache.
+        try:
+            parsed = json.loads(state_text)
+        except (TypeError, ValueError):
+            state, signature = {"text": state_text}, None
+        else:
+            state, signature = cx.nested(parsed), _flat_signature(parsed)
+        layout = None
+        if signature is not None:
+            layout = self._layout(state, (signature, tuple(tools)), tools)
+        self._candidates(state, tools, out, layout)
         plan = plan_features(state, candidate_features)
         if plan:
             self._put_all(plan, out)
 
     # ---- one row, as row.candidate_features assembles it ---------------------------------------
-    def _candidates(self, state: Any, tools: list[str], out: np.ndarray) -> None:
+    def _candidates(
+        self, state: Any, tools: list[str], out: np.ndarray, layout: Layout | None
+    ) -> None:
         n = len(tools)
         info = self._tools_info(tools)
         names = info.names
-        known = ids.state_names(state)
-        numbered = [
-            ids.numbers_outside_names(t, ns & known) for t, ns in zip(tools, names, strict=True)
-        ]
+        if layout is None:
+            known = ids.state_names(state)
+            numbered = [
+                ids.numbers_outside_names(t, ns & known) for t, ns in zip(tools, names, strict=True)
+            ]
+            found_parts = al.aligned_parts(state, names)
+            concretes = [
+                [al.concrete_root(state, path, ns) for path, _ in parts]
+                for ns, parts in zip(names, found_parts, strict=True)
+            ]
+        else:
+            numbered, concretes = layout.numbered, layout.roots
+            found_parts = [[(g, _at(state, keys)) for g, keys in c] for c in layout.parts]
         aligned: list[list[tuple[str, Any]]] = []
         bags: list[dict[str, frozenset[str]]] = []
         roots: set[str] = set()
-        for tool_names, parts in zip(names, al.aligned_parts(state, names), strict=True):
+        for parts, part_roots in zip(found_parts, concretes, strict=True):
             mine: list[tuple[str, Any]] = []
             if self.matches:
                 bags.append(tx.aligned_bags(parts))
-            for path, sub in parts:
-                concrete = al.concrete_root(state, path, tool_names)
+            for (path, sub), concrete in zip(parts, part_roots, strict=True):
                 if concrete:
                     roots.add(concrete)
                 found: list[tuple[str, Any]] = []
@@ -450,6 +484,35 @@ class FastEncoder:
         if placed:
             out[:, list(placed)] = list(placed.values())
 
+    def _layout(self, state: Any, key: tuple[Any, ...], tools: list[str]) -> Layout | None:
+        """The layout of rows with these JSON keys and candidates (a flat state's), worked out
+        by the general code on the first such row and checked there; None when it cannot be
+        kept (the row is then read in full)."""
+        if key in self._layouts:
+            self._layouts.move_to_end(key)
+            return self._layouts[key]
+        names = self._tools_info(tools).names
+        known = ids.state_names(state)
+        numbered = [
+            ids.numbers_outside_names(t, ns & known) for t, ns in zip(tools, names, strict=True)
+        ]
+        general = al.aligned_parts(state, names)
+        parts = _dict_parts(state, names)
+        same = [[(g, id(s)) for g, s in c] for c in general] == [
+            [(g, id(_at(state, keys))) for g, keys in c] for c in parts
+        ]
+        layout = None
+        if same:
+            roots = [
+                [al.concrete_root(state, g, ns) for g, _ in c]
+                for ns, c in zip(names, general, strict=True)
+            ]
+            layout = Layout(numbered, parts, roots)
+        self._layouts[key] = layout
+        if len(self._layouts) > LAYOUTS:
+            self._layouts.popitem(last=False)
+        return layout
+
     def _tools_info(self, tools: list[str]) -> ToolsInfo:
         key = tuple(tools)
         info = self._tools.get(key)
@@ -460,6 +523,49 @@ class FastEncoder:
         else:
             self._tools.move_to_end(key)
         return info
+
+
+def _flat_signature(parsed: Any) -> tuple[str, ...] | None:
+    """A state's JSON keys, when they alone decide its shape: an object whose values are
+    numbers, strings, bools, nulls or lists of numbers, strings and bools (a `minimal`
+    compression's dotted keys, `context.nested` makes them nested objects from the keys alone).
+    Such a state's names (`ids.state_names`), aligned parts and their roots depend only on its
+    keys and the candidates. None for any other state."""
+    if not isinstance(parsed, dict):
+        return None
+    for value in parsed.values():
+        if isinstance(value, dict):
+            return None
+        if isinstance(value, list) and not all(isinstance(x, str | int | float) for x in value):
+            return None
+    return tuple(parsed)
+
+
+def _dict_parts(state: Any, names: list[set[str]]) -> list[list[tuple[str, tuple[str, ...]]]]:
+    """`aligned.aligned_parts` of a state of objects alone, each part as the keys reaching it."""
+    found: list[list[tuple[str, tuple[str, ...]]]] = [[] for _ in names]
+
+    def walk(node: Any, path: str, keys: tuple[str, ...], active: list[int]) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                low, rest = str(key).lower(), []
+                for c in active:
+                    if low in names[c]:
+                        found[c].append((f"{path}.*" if path else "*", (*keys, key)))
+                    else:
+                        rest.append(c)
+                if rest:
+                    walk(value, f"{path}.{key}" if path else str(key), (*keys, key), rest)
+
+    walk(state, "", (), list(range(len(names))))
+    return found
+
+
+def _at(state: Any, keys: tuple[str, ...]) -> Any:
+    node = state
+    for key in keys:
+        node = node[key]
+    return node
 
 
 def context_leaves(state: Any, roots: set[str]) -> list[tuple[str, Any]]:
