@@ -77,10 +77,11 @@ def check_bench(resolved: dict[str, Any], settings: Settings, dry_run: bool) -> 
     wanted = {run_id for run_id in sides.values() if run_id}
     if wanted:
         with Session(get_engine(settings)) as db:
-            known = set(db.exec(select(Run.id).where(col(Run.id).in_(wanted))).all())
+            rows = db.exec(select(Run.id, Run.kind, Run.status).where(col(Run.id).in_(wanted)))
+            known = {run_id: (kind, status) for run_id, kind, status in rows.all()}
         for side, run_id in sides.items():
-            if run_id and run_id not in known:
-                raise _refuse(side, f"no run {run_id}")
+            if run_id:
+                check_side(side, str(resolved.get(side)), run_id, known.get(run_id))
     if entry.get("external"):
         return
     if dry_run or resolved.get("router") is not None or resolved.get("results_jsonl"):
@@ -89,6 +90,29 @@ def check_bench(resolved: dict[str, Any], settings: Settings, dry_run: bool) -> 
     baseline = resolved.get("baseline") or defaults.get("baseline")
     if defaults.get("router") == "none" and baseline == "none":
         raise _refuse("router", HOW_TO_PASS_A_ROUTER)
+
+
+def check_side(side: str, ref: str, run_id: str, found: tuple[str, str] | None) -> None:
+    """A side naming a run: the run is there and has finished what the bench reads (a train
+    run's model, a hill-climb's picks), so that the bench is refused now rather than failing
+    once a worker takes it up."""
+    if found is None:
+        raise _refuse(side, f"no run {run_id}")
+    kind, status = found
+    pick = ref.partition(":")[2]
+    if pick and kind != "hillclimb":
+        raise _refuse(
+            side,
+            f"run {run_id} is a {kind} run: :{pick} names a hill-climb's pick; name the run alone",
+        )
+    if status != "completed":
+        what = f"hill-climb {run_id}" if pick else f"run {run_id}"
+        when = "once it has completed" if status in ("queued", "running") else "after a rerun"
+        raise _refuse(
+            side,
+            f"{what} is {status}, not completed: bench {ref} {when} (wait_for_run, or trm "
+            f"watch {run_id})",
+        )
 
 
 def check_external(entry: dict[str, Any], resolved: dict[str, Any], data_dir: Path) -> None:

@@ -1,7 +1,6 @@
 """Workers take no control data (output folders, resolved configs, run references, scores) from
 files in a run directory, which a client could write: forged files are written straight to disk,
-as an uploader could before uploads were locked down. Real API, real workers, real files (issue
-21, item 2)."""
+as an uploader could before uploads were locked down. Real API, real workers, real files."""
 
 from __future__ import annotations
 
@@ -13,7 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlmodel import Session
 
+from core.db import make_engine
+from core.models import Run, utcnow
 from core.settings import Settings
 from tests.conftest import Service, rows_folder
 
@@ -75,9 +77,17 @@ def finished_search(**picks: str) -> dict[str, Any]:
     return {"status": "completed", "search": picks}
 
 
-def queued_run(service: Service, settings: Settings, summary: dict[str, Any]) -> str:
-    """A real run id whose directory holds a forged summary.json."""
-    run_id = str(service.submit({"kind": "selftest", "dry_run": True})["id"])
+def search_run(settings: Settings, summary: dict[str, Any]) -> str:
+    """A completed hill-climb's row (what the API checks a `:root`/`:final` against at submit)
+    whose directory holds a forged summary.json."""
+    engine = make_engine(settings.database_url)
+    with Session(engine) as db:
+        run = Run(kind="hillclimb", status="completed", queue="cpu", spec={"kind": "hillclimb"},
+                  spec_hash="f" * 64, finished_at=utcnow())  # fmt: skip
+        db.add(run)
+        db.commit()
+        run_id = str(run.id)
+    engine.dispose()
     run_dir = settings.run_dir(run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "summary.json").write_text(json.dumps({**summary, "run_id": run_id}))
@@ -99,7 +109,7 @@ def test_a_forged_summary_of_a_referenced_run_does_not_steer_a_bench_outside_run
     (above / "trainer").mkdir(exist_ok=True)
     (above / "trainer" / "model.safetensors").write_bytes(b"not a model")
     for forged in ("..", ".", "/etc", "../data"):
-        search = queued_run(service, settings, finished_search(best_run=forged))
+        search = search_run(settings, finished_search(best_run=forged))
         response = bench_dry_run(service, f"{search}:final")
         assert response.status_code == 422, (forged, response.status_code, response.text[:300])
         error = response.json()["error"]
@@ -110,9 +120,8 @@ def test_a_forged_summary_of_a_referenced_run_does_not_steer_a_bench_outside_run
 def test_a_self_referencing_best_run_is_a_422_not_a_500(
     service: Service, settings: Settings
 ) -> None:
-    run_id = str(service.submit({"kind": "selftest", "dry_run": True})["id"])
+    run_id = search_run(settings, {})
     run_dir = settings.run_dir(run_id)
-    run_dir.mkdir(parents=True, exist_ok=True)
     for best_run in (f"{run_id}:final", run_id):  # the first one recursed until a 500
         (run_dir / "summary.json").write_text(json.dumps(finished_search(best_run=best_run)))
         response = bench_dry_run(service, f"{run_id}:final")
@@ -120,7 +129,7 @@ def test_a_self_referencing_best_run_is_a_422_not_a_500(
         assert response.json()["error"]["message"].startswith("router:")
     assert "loop" in response.json()["error"]["message"]
     # Two searches naming each other: one step each (a pick names a train run, never a pick).
-    other = queued_run(service, settings, finished_search(root_candidate_run=run_id))
+    other = search_run(settings, finished_search(root_candidate_run=run_id))
     (run_dir / "summary.json").write_text(json.dumps(finished_search(best_run=other)))
     response = bench_dry_run(service, f"{other}:root")
     assert response.status_code == 422, (response.status_code, response.text[:300])
