@@ -21,8 +21,11 @@ def test_a_search_that_asks_promotes_its_best_once_and_says_so(
     service: Service, settings: Settings
 ) -> None:
     service.start_worker("worker-a")
+    service.start_worker("worker-b")
     asked = {"name": "route-picker", "abstain_margin": 0.05}
-    spec = tiny_search(settings.data_dir, max_candidates=2, parallelism=1, promote=asked)
+    # Both candidates train at once: one after the other, on cores shared with other tests, they
+    # took most of the wait.
+    spec = tiny_search(settings.data_dir, max_candidates=2, parallelism=2, promote=asked)
     search = service.submit(spec)
     done = service.wait_status(search["id"], "completed", "failed", timeout=150)
     assert done["status"] == "completed", done
