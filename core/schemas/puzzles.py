@@ -43,6 +43,7 @@ class GridTrainerConfig(StrictModel):
     augment: bool = True
     eval_every: int = Field(default=200, ge=1, le=1_000_000)
     eval_puzzles: int = Field(default=256, ge=1, le=100_000)
+    checkpoint_every: int = Field(default=500, ge=1, le=1_000_000)
 
 
 def network_calls(config: GridTrainerConfig) -> int:

@@ -86,3 +86,28 @@ def test_a_saved_model_answers_the_same(trained: GridTRM, tiny_mazes: PuzzleSet,
     back = load_model(tmp_path)
     grid = torch.from_numpy(tiny_mazes.inputs)
     assert torch.equal(back.solve(grid)[0], trained.solve(grid)[0])
+
+
+class StopAt(TrainerCallbacks):
+    """Asks the trainer to stop once `at` steps are done (a cancel, as the service sends it)."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+
+    def should_stop(self) -> str | None:
+        return "cancelled" if self.steps and self.steps[-1]["step"] >= self.at else None
+
+
+def test_a_stopped_run_resumes_to_the_same_model(tiny_mazes: PuzzleSet, tmp_path) -> None:
+    config = TINY.model_copy(update={"max_steps": 12, "checkpoint_every": 5, "eval_every": 4})
+    whole, whole_result = train(config, tiny_mazes, tiny_mazes, TrainerCallbacks(), seed=1)
+    _, stopped = train(config, tiny_mazes, tiny_mazes, StopAt(7), seed=1, out_dir=tmp_path)
+    assert stopped.stopped_by == "cancelled" and stopped.steps == 7
+    again, resumed = train(
+        config, tiny_mazes, tiny_mazes, TrainerCallbacks(), seed=1, out_dir=tmp_path
+    )
+    assert resumed.steps == 12 and [p.step for p in resumed.curve] == [4, 8, 12]
+    for key, value in whole.state_dict().items():
+        assert torch.equal(value, again.state_dict()[key]), key
+    assert [p.exact for p in resumed.curve] == [p.exact for p in whole_result.curve]

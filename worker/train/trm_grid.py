@@ -21,17 +21,22 @@ Read top to bottom: scoring, the carry of puzzles in flight, `train()`.
 
 from __future__ import annotations
 
+import hashlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 from torch import nn
 
+from core.rundir import TRM_MODEL
 from core.schemas.puzzles import GridTrainerConfig
-from worker.models.trm_grid import GridTRM
+from worker.models.trm_grid import GridTRM, save_model
 from worker.puzzles import PuzzleSet
+from worker.train import checkpoints
 from worker.train.callbacks import TrainerCallbacks
 from worker.train.trm import Ema
 
@@ -92,6 +97,8 @@ class Carry:
     """The puzzles in flight: their tokens, answers, (y, z), steps taken and exploration
     minimum. `refill(mask)` puts fresh (augmented) puzzles in the masked slots."""
 
+    STATE = ("grid", "label", "y", "z", "steps", "min_steps")  # what a checkpoint keeps
+
     def __init__(self, model: GridTRM, data: PuzzleSet, config: GridTrainerConfig, seed: int):
         self.model, self.data, self.config = model, data, config
         self.gen = np.random.default_rng(seed)
@@ -136,8 +143,11 @@ def train(
     seed: int,
     max_seconds: float | None = None,
     device: str = "cpu",
+    out_dir: Path | None = None,
 ) -> tuple[GridTRM, GridResult]:
-    """The model of the best val point (the last average without val), and what happened."""
+    """The model of the best val point (the last average without val), and what happened.
+    With `out_dir`, a checkpoint every `checkpoint_every` steps and on a stop, and a resume
+    from the newest one `callbacks.trusts` there (same config, seed and puzzles)."""
     torch.manual_seed(seed)
     model = GridTRM(config, data.vocab, data.side * data.side).to(device)
     optimizer = torch.optim.AdamW(
@@ -148,9 +158,14 @@ def train(
     evals = val.take(slice(0, config.eval_puzzles)) if val is not None and len(val) else None
     result = GridResult(0, 0.0, sum(p.numel() for p in model.parameters()), None, None)
     best: dict[str, torch.Tensor] | None = None
-    started = time.perf_counter()
+    mark = _fingerprint(config, seed, data, evals)
+    first = 1
+    if out_dir is not None and (at := checkpoints.resume_point(out_dir, mark, callbacks.trusts)):
+        best = _restore(at, model, optimizer, ema, carry, result, device)
+        first = result.steps + 1
+    started = time.perf_counter() - result.train_seconds
     model.train()
-    for step in range(1, config.max_steps + 1):
+    for step in range(first, config.max_steps + 1):
         if (stop := callbacks.should_stop()) is not None:
             result.stopped_by = stop
             break
@@ -180,7 +195,12 @@ def train(
         callbacks.on_step(step, config.max_steps, loss=round(float(loss.detach()), 5), exact=exact)
         if evals is not None and (step % config.eval_every == 0 or step == config.max_steps):
             best = _select(model, ema, evals, step, started, result, best, callbacks)
+        if out_dir is not None and step % config.checkpoint_every == 0:
+            result.train_seconds = round(time.perf_counter() - started, 3)
+            _save(out_dir, mark, model, optimizer, ema, carry, result, best, callbacks)
     result.train_seconds = round(time.perf_counter() - started, 3)
+    if out_dir is not None and result.stopped_by is not None:
+        _save(out_dir, mark, model, optimizer, ema, carry, result, best, callbacks)
     if evals is not None and (not result.curve or result.curve[-1].step != result.steps):
         best = _select(model, ema, evals, result.steps, started, result, best, callbacks)
     model.load_state_dict(best if best is not None else ema.weights)
@@ -213,3 +233,69 @@ def _select(
         result.val, result.best_step = got, step
         return {k: v.clone() for k, v in ema.weights.items()}
     return best
+
+
+# ---- checkpoints -------------------------------------------------------------------------------
+CARRY = "carry.safetensors"  # the puzzles in flight and their (y, z)
+EMA_WEIGHTS, BEST_WEIGHTS = "ema.safetensors", "best.safetensors"
+
+
+def _fingerprint(
+    config: GridTrainerConfig, seed: int, data: PuzzleSet, evals: PuzzleSet | None
+) -> str:
+    digest = hashlib.sha256()
+    for part in (data, evals):
+        if part is not None:
+            digest.update(part.inputs.tobytes() + part.labels.tobytes())
+    kept = {**config.model_dump(), "seed": seed, "puzzles": digest.hexdigest()}
+    return checkpoints.fingerprint(kept, ("checkpoint_every", "eval_every", "max_steps"), [])
+
+
+def _save(
+    out_dir: Path,
+    mark: str,
+    model: GridTRM,
+    optimizer: torch.optim.Optimizer,
+    ema: Ema,
+    carry: Carry,
+    result: GridResult,
+    best: dict[str, torch.Tensor] | None,
+    callbacks: TrainerCallbacks,
+) -> None:
+    def write(folder: Path) -> None:
+        save_model(folder, model, {})
+        save_file(ema.weights, str(folder / EMA_WEIGHTS))
+        if best is not None:
+            save_file(best, str(folder / BEST_WEIGHTS))
+        tensors = {name: getattr(carry, name).contiguous() for name in Carry.STATE}
+        save_file(tensors, str(folder / CARRY))
+
+    record = asdict(result)
+    order = carry.gen.bit_generator.state
+    meta = {"fingerprint": mark, "result": record, "ema_updates": ema.updates, "data_order": order}
+    path = checkpoints.save(out_dir, result.steps, write, optimizer, None, meta)
+    callbacks.on_checkpoint(result.steps, path)
+
+
+def _restore(
+    at: Path,
+    model: GridTRM,
+    optimizer: torch.optim.Optimizer,
+    ema: Ema,
+    carry: Carry,
+    result: GridResult,
+    device: str,
+) -> dict[str, torch.Tensor] | None:
+    """Put the checkpoint's state into the run's objects; the best weights, if any."""
+    model.load_state_dict(load_file(at / TRM_MODEL, device=device))
+    meta = checkpoints.load(at, optimizer)
+    ema.weights, ema.updates = load_file(at / EMA_WEIGHTS, device=device), meta["ema_updates"]
+    for name, tensor in load_file(at / CARRY, device=device).items():
+        setattr(carry, name, tensor)
+    carry.gen.bit_generator.state = meta["data_order"]
+    saved = meta["result"]
+    result.steps, result.train_seconds = saved["steps"], saved["train_seconds"]
+    result.eval_seconds, result.best_step = saved["eval_seconds"], saved["best_step"]
+    result.val = Score(**saved["val"]) if saved["val"] else None
+    result.curve = [CurvePoint(**p) for p in saved["curve"]]
+    return load_file(at / BEST_WEIGHTS, device=device) if (at / BEST_WEIGHTS).is_file() else None
