@@ -9,6 +9,8 @@ from pydantic import Field
 from core.schemas.common import MAX_COUNT, STEPS_LIMIT, CommonSpec, Seed, StrictModel
 from core.schemas.corpus import CorpusSpec
 
+TextEncoder = Literal["tokens", "smollm2"]
+
 
 class TrmTrainerConfig(StrictModel):
     """The tiny recursive model (worker/models/trm.py, worker/train/trm.py), in the paper's
@@ -44,6 +46,9 @@ class TrmTrainerConfig(StrictModel):
     # Which val figure picks the epoch kept: `accuracy` (ties: the lower loss), or `loss` where
     # the score is a ranking across rows (a router swept by threshold), not the pick of each.
     select_by: Literal["accuracy", "loss"] = "accuracy"
+    # How long context texts are read: `tokens`, as words; `smollm2`, also by the frozen
+    # SmolLM2-135M as a sentence encoder (`E:` features: worker/models/sentence.py).
+    text_encoder: TextEncoder = "tokens"
     checkpoint_every: int = Field(default=200, ge=1, le=MAX_COUNT)
 
 
@@ -57,6 +62,7 @@ class GbdtTrainerConfig(StrictModel):
     min_child_samples: int = Field(default=5, ge=1, le=10000)
     # Boosting stops when the val split's accuracy has not improved for this many rounds.
     early_stopping_rounds: int = Field(default=50, ge=1, le=5000)
+    text_encoder: TextEncoder = "tokens"  # as the trm's
 
 
 EFFECTIVE_BATCH = 16  # rows per qlora optimizer step when grad_accum is auto

@@ -134,6 +134,9 @@ KINDS: tuple[Kind, ...] = (
          "{c}, words weighed", "TCOS:functions.*|question", "number", "candidate", "text"),
     Kind("TN", "TN:<c>", "the share of the candidate's id words (weighed) found in the context "
          "text {c}", "TN:question", "number", "candidate", "text"),
+    # embed.py: long context texts read by a sentence encoder (a feature space's `text_encoder`)
+    Kind("E", "E:<text>:<i>", "component {i} of the sentence encoder's reading of the context "
+         "text {text}", "E:request.prompt:0", "number", "context", "embed"),
     # plans.py: a plan in the state, read step by step
     Kind("PLEN", "PLEN", "the plan's length less its items'", "PLEN", "number", "plan",
          "plans"),

@@ -8,6 +8,11 @@ world alone uses only lets a model memorize that world), and not with one value 
 candidate. Words of the context's texts (`W:`, and `X:W:` crossed with the candidates) have a
 budget of their own (`MAX_WORDS`), so a long prompt's vocabulary never crowds out what the
 state's structure says.
+
+`text_encoder`: `tokens` (the default) reads texts as words only; `smollm2` adds what the frozen
+sentence encoder reads in each long context text (`E:`, worker/features/embed.py and
+worker/models/sentence.py), computed here beside `row_features` (which stays stdlib) and saved as
+the space's `text_encoder` (features.json has the key only when it is not `tokens`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import numpy as np
 from core.rundir import write_json_atomic
 from worker.context import StageFailure
 from worker.features import kinds
+from worker.features.embed import embedding_features, long_texts
 from worker.features.row import row_features as row_features
 from worker.models.encoding import raw_matrix, scaled_matrix
 
@@ -54,15 +60,25 @@ class FeatureSpace:
     names: list[str]
     mean: list[float]
     scale: list[float]
+    text_encoder: str = "tokens"
 
     @classmethod
-    def fit(cls, rows: Iterable[dict[str, Any]], crossed_cells: bool = True) -> FeatureSpace:
+    def fit(
+        cls,
+        rows: Iterable[dict[str, Any]],
+        crossed_cells: bool = True,
+        text_encoder: str = "tokens",
+    ) -> FeatureSpace:
         """`crossed_cells=False` leaves out the grid cells crossed with a candidate id
         (`X:WIN:`): a ranker of one candidate at a time needs them to tell candidates apart on
         a cell they share; the trm sees the whole row and combines them itself, at a fraction
         of the width (and of the training time: grid at gen seed 4242, 208 s -> 50 s). Words
         crossed with the candidate stay: without them a tiny trm learned a decision made by
         the prompt's words alone to 0.97, not 1.0."""
+        embed = _embedder(text_encoder)
+        if embed is not None:
+            rows = list(rows)
+            embed.prefetch([(r["state"], list(r["tools"])) for r in rows])
         counts: Counter[str] = Counter()
         sums: dict[str, list[float]] = {}
         envs: dict[str, set[str]] = {}
@@ -73,7 +89,13 @@ class FeatureSpace:
             env = str(row.get("env") or "")
             all_envs.add(env)
             seen: set[str] = set()
-            for features in row_features(row["state"], row["tools"]):
+            features_of = row_features(row["state"], row["tools"])
+            if embed is not None:
+                for features, more in zip(
+                    features_of, embed.features(row["state"], row["tools"]), strict=True
+                ):
+                    features.update(more)
+            for features in features_of:
                 candidates += 1
                 for name, value in features.items():
                     if not crossed_cells and name.startswith(CROSSED_CELLS):
@@ -109,7 +131,7 @@ class FeatureSpace:
             mean.append(mu)
             spread = math.sqrt(max(ss / k - mu * mu, 0.0))
             scale.append(spread if spread > 1e-6 else 1.0)  # one value: rounding, not spread
-        return cls(names, mean, scale)
+        return cls(names, mean, scale, text_encoder)
 
     @property
     def columns(self) -> list[str]:
@@ -127,7 +149,25 @@ class FeatureSpace:
     def raw(self, state: str, tools: list[str]) -> np.ndarray:
         """(candidates, features): the values, NaN where a candidate has no such feature (what a
         tree model reads)."""
-        return raw_matrix(self.index, state, tools)
+        out = raw_matrix(self.index, state, tools)
+        if self._embed is not None:
+            get = self.index.get
+            for c, features in enumerate(self._embed.features(state, tools)):
+                for feature, value in features.items():
+                    j = get(feature)
+                    if j is not None:
+                        out[c, j] = value
+        return out
+
+    def prefetch(self, rows: Iterable[tuple[str, list[str]]]) -> None:
+        """Read the rows' long texts with the sentence encoder in batches, ahead of `raw` one
+        row at a time (nothing to do for a `tokens` space)."""
+        if self._embed is not None:
+            self._embed.prefetch(list(rows))
+
+    @cached_property
+    def _embed(self) -> _Embedder | None:
+        return _embedder(self.text_encoder)
 
     def scaled(self, state: str, tools: list[str]) -> np.ndarray:
         """(candidates, 2 * features), float32: the scaled values (0 where missing) and a
@@ -147,9 +187,15 @@ class FeatureSpace:
         return 2 * len(self.names)
 
     def save(self, path: Path) -> None:
-        write_json_atomic(
-            path, {"format": FORMAT, "names": self.names, "mean": self.mean, "scale": self.scale}
-        )
+        data: dict[str, Any] = {
+            "format": FORMAT,
+            "names": self.names,
+            "mean": self.mean,
+            "scale": self.scale,
+        }
+        if self.text_encoder != "tokens":
+            data["text_encoder"] = self.text_encoder
+        write_json_atomic(path, data)
 
     @classmethod
     def load(cls, path: Path) -> FeatureSpace:
@@ -160,7 +206,8 @@ class FeatureSpace:
                 f"{path}: features of another version ({data.get('format')}, this one reads "
                 f"{FORMAT}); train the model again",
             )
-        return cls(list(data["names"]), list(data["mean"]), list(data["scale"]))
+        encoder = str(data.get("text_encoder", "tokens"))
+        return cls(list(data["names"]), list(data["mean"]), list(data["scale"]), encoder)
 
 
 def _constant(acc: list[float], candidates: int) -> bool:
@@ -174,3 +221,33 @@ def _constant(acc: list[float], candidates: int) -> bool:
 
 def _squash(value: float) -> float:
     return math.copysign(math.log1p(abs(value)), value)
+
+
+class _Embedder:
+    """The `E:` features of a row from the sentence encoder (imported on use: torch and the
+    model's weights are loaded only by a space that reads them)."""
+
+    def __init__(self) -> None:
+        from core.settings import get_settings
+        from worker.models.sentence import encoder
+
+        self.encoder = encoder(Path(get_settings().model_cache))
+
+    def prefetch(self, rows: list[tuple[str, list[str]]]) -> None:
+        texts = [t for state, tools in rows for t in long_texts(state, tools).values()]
+        self.encoder.vectors(texts)
+
+    def features(self, state: str, tools: list[str]) -> list[dict[str, float]]:
+        texts = long_texts(state, tools)
+        vectors = self.encoder.vectors(list(texts.values()))
+        return embedding_features(dict(zip(texts, vectors.tolist(), strict=True)), tools)
+
+
+def _embedder(text_encoder: str) -> _Embedder | None:
+    from worker.models.sentence import ENCODERS
+
+    if text_encoder not in ENCODERS:
+        raise StageFailure(
+            "bad_input", f"text_encoder {text_encoder!r}: want one of {', '.join(ENCODERS)}"
+        )
+    return None if text_encoder == "tokens" else _Embedder()

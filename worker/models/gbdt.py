@@ -20,6 +20,7 @@ from worker.models.policy import Policy, files_hash, model_files
 
 def matrix(space: FeatureSpace, rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, list[int]]:
     """All candidates of `rows` stacked (NaN where a feature is absent), and each row's count."""
+    space.prefetch((r["state"], list(r["tools"])) for r in rows)
     blocks = [space.raw(r["state"], list(r["tools"])) for r in rows]
     if not blocks:
         return np.zeros((0, len(space.names))), []

@@ -130,6 +130,7 @@ class Encoded:
     """Rows as each candidate's scaled features; `batch(idx)` pads to the batch's widest row."""
 
     def __init__(self, space: FeatureSpace, rows: Sequence[dict[str, Any]]) -> None:
+        space.prefetch((r["state"], list(r["tools"])) for r in rows)
         self.features = [space.scaled(r["state"], list(r["tools"])) for r in rows]
         self.target = torch.tensor(
             [list(r["tools"]).index(r["action"]) if "action" in r else 0 for r in rows]

@@ -50,7 +50,7 @@ def fit(
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise StageFailure("bad_input", f"gbdt.{where}: {first['msg']}") from None
-    space = FeatureSpace.fit(rows)
+    space = FeatureSpace.fit(rows, text_encoder=cfg["text_encoder"])
     x, groups = gbdt.matrix(space, rows)
     params = {
         "objective": "lambdarank",

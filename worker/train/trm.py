@@ -207,7 +207,7 @@ def _train(
     if resume:
         space = FeatureSpace.load(resume / FEATURES)
     else:
-        space = FeatureSpace.fit(rows, crossed_cells=False)
+        space = FeatureSpace.fit(rows, crossed_cells=False, text_encoder=cfg["text_encoder"])
     data, val = Encoded(space, rows), Encoded(space, val_rows)
 
     micro, accum = int(cfg["batch_size"]), 1 if probe else int(cfg["grad_accum"])
