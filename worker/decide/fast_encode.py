@@ -14,6 +14,10 @@ Compiled once per loaded version from its fitted feature space:
   general encoder splits them again per candidate); the shared context features are placed once
   and copied to every candidate's row.
 - **Cached per candidate list.** A tools list's names and word pieces are worked out once.
+- **Cached per layout.** A flat state (a `minimal` compression's dotted keys) has its names,
+  aligned parts and their roots decided by its JSON keys and the candidates alone: they are
+  worked out by the general code on the first row of those keys and candidates, checked there,
+  and reused (`Layout`).
 - **Vectorised over the batch.** A call's rows are one matrix; the scaling runs once over it.
 
 Everything that decides *which* features exist and what they are worth is the general code
