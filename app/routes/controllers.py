@@ -14,7 +14,7 @@ from sqlmodel import Session
 
 from app.deps import AppState, caller, session, state
 from core import controllers as ops
-from core import routing
+from core import promotion, routing
 from core.controllers import (
     ControllerList,
     ControllerOut,
@@ -56,7 +56,7 @@ def promote(
             raise ApiError(422, "validation_error", f"by: {problem}",
                            [{"field": "by", "message": problem}])  # fmt: skip
         who = f"{body.by} ({who})"
-    return ops.promote(app.engine, app.settings, body, who)
+    return promotion.promote(app.engine, app.settings, body, who)
 
 
 @router.get("/controllers", response_model=ControllerList)

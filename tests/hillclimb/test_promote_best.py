@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from core.controllers import promote_search_best
 from core.db import make_engine
+from core.promotion import promote_search_best
 from core.schemas.hillclimb import PromoteBest
 from core.settings import Settings
 from tests.conftest import Service

@@ -19,9 +19,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.card import show_best
-from core.controllers import promote_search_best
 from core.errors import ApiError
 from core.paths import under
+from core.promotion import promote_search_best
 from core.rundir import (
     BEST,
     BEST_POINTER,
