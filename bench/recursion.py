@@ -96,7 +96,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from worker.train.callbacks import TrainerCallbacks
-    from worker.train.trm_grid import score, train
+    from worker.train.trm_grid import exact_by_step, score, train
 
     class Curve(TrainerCallbacks):
         """Prints each val point as it comes: a cut-short bench still shows its curves."""
@@ -123,6 +123,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     )
     final = score(model, test_set)
     halted = score(model, test_set, halting=True)
+    by_step = exact_by_step(model, test_set)
     return {
         "family": job["family"],
         "variant": job["variant"],
@@ -139,6 +140,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         "parameters": result.parameters,
         "best_step": result.best_step,
         "curve": [asdict(p) for p in result.curve],
+        "exact_by_step": by_step,
     }
 
 
@@ -267,6 +269,15 @@ def main() -> int:
                 f"{s['eval_seconds']:6.0f} "
                 f"{s['parameters']:7d} {'-' if ref is None else f'{ref:.1f}%'}"
             )
+        print("  exact after k supervision steps at inference (mean over seeds), k = 1 2 4 8 16:")
+        for variant in args.variants.split(","):
+            runs = report["results"][family][variant]["runs"]
+            by_step = [
+                statistics.mean(r["exact_by_step"][k - 1] for r in runs)
+                for k in (1, 2, 4, 8, 16)
+                if k <= len(runs[0]["exact_by_step"])
+            ]
+            print(f"    {variant:14s} " + " ".join(f"{v:.3f}" for v in by_step))
         print("  learning curve (val exact, mean over seeds) by step:")
         for variant in args.variants.split(","):
             curve = report["results"][family][variant]["curve"]

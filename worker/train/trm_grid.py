@@ -73,6 +73,25 @@ def score(model: GridTRM, puzzles: PuzzleSet, halting: bool = False) -> Score:
     return Score(exact / n, cells / max(1.0, open_cells), steps / n, len(puzzles))
 
 
+@torch.no_grad()
+def exact_by_step(model: GridTRM, puzzles: PuzzleSet) -> list[float]:
+    """Exact accuracy after each of the N_sup supervision steps, no halting: whether more
+    recursion at inference gives better answers."""
+    model.eval()
+    device = model.y0.device
+    right = [0.0] * model.config.supervision_steps
+    for start in range(0, len(puzzles), EVAL_BATCH):
+        grid = torch.from_numpy(puzzles.inputs[start : start + EVAL_BATCH]).to(device)
+        label = torch.from_numpy(puzzles.labels[start : start + EVAL_BATCH]).to(device)
+        x = model.embed(grid)
+        y, z = model.start(x)
+        for step in range(model.config.supervision_steps):
+            y, z, logits, _ = model.deep_recursion(x, y, z)
+            right[step] += float((logits.argmax(-1) == label).all(-1).sum())
+    model.train()
+    return [r / max(1, len(puzzles)) for r in right]
+
+
 @dataclass(frozen=True, slots=True)
 class CurvePoint:
     step: int
