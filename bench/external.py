@@ -3,6 +3,7 @@ communities score them.
 
     .venv/bin/python bench/external.py [--sets routellm,bfcl,jobshop] [--seeds 0,1,2]
         [--methods baselines,gbdt,trm,trm-1step] [--data NAME=PATH ...] [--train-rows N]
+        [--text-encoder tokens|smollm2]
         [--work DIR] [--keep] [--json FILE]
 
 Each data set is a bench registered in `worker.external.BENCHES`; this script runs the ones asked
@@ -99,6 +100,10 @@ def main() -> int:
         "--train-rows", type=int,
         help="cap on the learned methods' train rows, for the benches that sample them (0: all)",
     )  # fmt: skip
+    parser.add_argument(
+        "--text-encoder", choices=("tokens", "smollm2"),
+        help="the trm's and gbdt's text_encoder, for the benches that take it (routellm)",
+    )  # fmt: skip
     parser.add_argument("--work", type=Path, help="where corpora and models go (default: temp)")
     parser.add_argument("--keep", action="store_true", help="keep --work's contents afterwards")
     parser.add_argument("--json", type=Path, help="also write the rows and targets as JSON")
@@ -124,6 +129,8 @@ def main() -> int:
             bench = BENCHES[name]
             if args.train_rows is not None and hasattr(bench, "train_rows"):
                 bench.train_rows = args.train_rows or None
+            if args.text_encoder is not None and hasattr(bench, "text_encoder"):
+                bench.text_encoder = args.text_encoder
             (work / name).mkdir(parents=True, exist_ok=True)
             try:
                 found = bench.run(work / name, paths.get(name), methods, seeds, log)
