@@ -77,11 +77,11 @@ RUN_ID = {"type": "string", "description": "a run id"}
 KEY = {
     "type": "string",
     "maxLength": 200,
-    "description": "default: derived from the arguments (a retry returns the same run)",
+    "description": "default: from the arguments (a retry gets the same run)",
 }
-RERUN = {"type": "boolean", "description": "true: a new run even if these arguments ran before"}
-FULL = {"type": "boolean", "description": "true: the whole answer, not the compact one"}
-NAME = {"type": "string", "description": "a controller from list_controllers"}
+RERUN = {"type": "boolean", "description": "true: a new run"}
+FULL = {"type": "boolean", "description": "true: the whole answer"}
+NAME = {"type": "string"}  # a controller's name (list_controllers)
 SPEC_EXAMPLE = {"kind": "bench", "bench": "routerbench", "router": "<train run id>",
                 "baseline": "none"}  # fmt: skip
 
@@ -329,6 +329,11 @@ async def list_controllers(api: Api, args: dict[str, Any]) -> Any:
     return await api.json("GET", _controller_path(name) if name else "/controllers")
 
 
+async def promote(api: Api, args: dict[str, Any]) -> Any:
+    body = {k: args[k] for k in ("name", "run_id", "abstain_margin") if args.get(k) is not None}
+    return await api.json("POST", "/controllers", json_body=body)
+
+
 async def decide(api: Api, args: dict[str, Any]) -> Any:
     body = {"rows": args["rows"], "version": args.get("version")}
     return await api.json("POST", _controller_path(args["name"], "/decide"), json_body=body)
@@ -392,7 +397,6 @@ def outcomes_schema() -> dict[str, Any]:
         },
         ("decision_id", "success"),
     )
-    outcome["description"] = 'e.g. {"decision_id": "<id>", "success": true, "reward": 1}'
     return obj(
         {
             "name": NAME,
@@ -447,13 +451,18 @@ def tools() -> list[Tool]:
              get_ledger),
         Tool("list_controllers", "Promoted controllers and their live versions; name=X: its "
              "versions.", obj({"name": {"type": "string"}}), list_controllers),
+        Tool("promote", "Make a completed train run (a hill-climb's best, a bench's trained "
+             "router) the name's live version.",
+             obj({"name": {"type": "string"}, "run_id": RUN_ID,
+                  "abstain_margin": {"type": "number", "minimum": 0, "maximum": 1}},
+                 ("name", "run_id")), promote),
         Tool("decide", "Ask a promoted controller which tool to take for each row: action, "
              "probabilities, margin, abstain.", decide_schema(), decide),
         Tool("report_outcomes", "Report how decisions went (a logging controller's "
              "decision_id); a later report replaces an earlier one.", outcomes_schema(),
              report_outcomes),
-        Tool("list_decisions", "A controller's logged decisions and outcomes, newest first; "
-             "before=<next_before> pages back, e.g. with_outcomes=false: those awaiting one.",
+        Tool("list_decisions", "A controller's logged decisions and outcomes, newest first "
+             "(before=<next_before> pages back).",
              obj({"name": NAME, "limit": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
                   "before": {"type": "string"}, "with_outcomes": {"type": "boolean"},
                   "full": FULL}, ("name",)), list_decisions),

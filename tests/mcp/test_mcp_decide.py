@@ -1,5 +1,5 @@
-"""An agent asks a promoted controller for decisions through `trm mcp` (the MCP SDK's own client
-over stdio), with a token: the API forwards to the real decision process."""
+"""An agent promotes a trained run and asks the controller for decisions through `trm mcp` (the
+MCP SDK's own client over stdio), with a token: the API forwards to the real decision process."""
 
 from __future__ import annotations
 
@@ -19,33 +19,37 @@ pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 
 @pytest.fixture
-def promoted(
+def trained(
     env: dict[str, str],
     migrated: Settings,
     tmp_path: Path,
     route_corpus: Path,
     probe_runs: ProbeRuns,
-) -> Iterator[Service]:
-    """A guarded service with the decision process and a trm (the session's probe run, trained
-    through the service) promoted as `router`."""
+) -> Iterator[tuple[Service, str]]:
+    """A guarded service with the decision process and a completed trm run (the session's probe
+    run, trained through the service): the service and the run's id."""
     svc = Service({**env, "TRM_API_TOKEN": TOKEN}, tmp_path / "logs")
     svc.http.headers["Authorization"] = f"Bearer {TOKEN}"
     try:
         run_id = probe_runs.install(migrated, route_corpus)["trm"]
         svc.start_decider()
         svc.start_api()
-        answer = svc.http.post("/controllers", json={"name": "router", "run_id": run_id})
-        assert answer.status_code == 201, answer.text
-        yield svc
+        yield svc, run_id
     finally:
         svc.stop()
 
 
-def test_an_agent_gets_decisions_reports_outcomes_and_reads_them_back_over_mcp(
-    promoted: Service,
+def test_an_agent_promotes_gets_decisions_reports_outcomes_and_reads_them_back_over_mcp(
+    trained: tuple[Service, str],
 ) -> None:
+    promoted, run_id = trained
+
     async def scenario() -> dict[str, Any]:
         async with over_stdio(promoted) as session:
+            missing = await error_of(
+                session, "promote", name="router", run_id="01J00000000000000000000000"
+            )
+            made = await call(session, "promote", name="router", run_id=run_id)
             listed = await call(session, "list_controllers")
             assert [c["name"] for c in listed["controllers"]] == ["router"]
             assert listed["controllers"][0]["live"]["promoted_by"] == "token"
@@ -71,6 +75,8 @@ def test_an_agent_gets_decisions_reports_outcomes_and_reads_them_back_over_mcp(
             live_shadow = await error_of(session, "set_shadow", name="router", version=1)
             cleared = await call(session, "set_shadow", name="router", version=None)
             return {
+                "missing": missing,
+                "made": made,
                 "answer": answer,
                 "bad": bad,
                 "unknown": unknown,
@@ -84,6 +90,8 @@ def test_an_agent_gets_decisions_reports_outcomes_and_reads_them_back_over_mcp(
             }
 
     seen = run_async(scenario())
+    assert "404" in seen["missing"] and "no run" in seen["missing"]
+    assert seen["made"]["version"] == 1 and seen["made"]["run_id"] == run_id
     answer = seen["answer"]
     assert answer["version"] == 1 and len(answer["decisions"]) == 2
     assert all(d["action"] in ROW["tools"] for d in answer["decisions"])

@@ -27,7 +27,8 @@ from tests.stack import create_database, drop_database, free_port, wait_for
 TOKEN = "mcp-s3cret"
 TOOLS = {
     "submit_run", "start_bench", "get_run", "get_card", "wait_for_run", "cancel_run",
-    "list_runs", "list_benches", "read_artifact", "get_ledger", "list_controllers", "decide",
+    "list_runs", "list_benches", "read_artifact", "get_ledger", "list_controllers", "promote",
+    "decide",
     "report_outcomes", "list_decisions", "set_shadow", "datasets",
 }  # fmt: skip
 
