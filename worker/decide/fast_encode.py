@@ -24,11 +24,12 @@ Everything that decides *which* features exist and what they are worth is the ge
 itself, called with the same inputs in the same order: the state's parsing and leaves, the
 aligned parts, the text readings and matches, grids, lists and plans (`worker/features/*`). What
 this module re-states is the per-candidate assembly of `row.candidate_features` and
-`aligned.aligned_features`: which name gets which value. `FORMAT` names the feature space format
-that assembly was written for; a space of another format, or a kind this module does not know,
-is encoded by the general encoder (`FastEncoder.general`), as is a row whose state it cannot
-read. tests/decide/test_fast_encode.py holds both to identical matrices and decisions on the
-frozen rows of every family and on routerBench's anchor rows.
+`aligned.aligned_features`: which name gets which value. `fast_kinds.FORMAT` names the feature
+space format that assembly was written for; a space of another format, or a kind this module
+does not know (`fast_kinds`), is encoded by the general encoder (`FastEncoder.general`), as is
+a row whose state it cannot read (the state's walk: `state_walk`). tests/decide/test_fast_encode.py
+holds both to identical matrices and decisions on the frozen rows of every family and on
+routerBench's anchor rows.
 """
 
 from __future__ import annotations
@@ -36,119 +37,35 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from worker.decide.fast_kinds import CROSSED, MATCHES, SINGLE, SPLIT, unsupported
+from worker.decide.state_walk import (
+    Layout,
+    ToolsInfo,
+    at_keys,
+    context_leaves,
+    dict_parts,
+    flat_signature,
+    leaves_into,
+)
 from worker.features import aligned as al
 from worker.features import context as cx
 from worker.features import ids
 from worker.features import text as tx
-from worker.features.cells import Grid, cells_at, is_cells, is_grid, window_features
+from worker.features.cells import Grid, cells_at, is_cells, window_features
 from worker.features.kinds import name
 from worker.features.plans import plan_features
 from worker.features.row import candidate_features
 from worker.features.text import Text
-from worker.features.values import number_of
 from worker.models.encoding import squash
-from worker.models.feature_space import FORMAT as SPACE_FORMAT
 from worker.models.feature_space import FeatureSpace
 
-FORMAT = "trm-features/5"  # the feature space format whose assembly this module re-states
 TOOLS_CACHE = 1024  # candidate lists whose names and pieces are kept
 LAYOUTS = 1024  # layouts (JSON keys and candidates) kept
-_MATCHES = ("TO:", "TC:", "TCOS:", "TN:")
-_CROSSED = ("W:", "WIN:")  # context.crossed's kinds
-# Kinds whose names are split into parts here; the rest (cells, grids, lists, plans, id ranks)
-# are looked up by their full name from the general code's own dicts.
-_SPLIT = {
-    "D": "|",
-    "GE": "|",
-    "IN": "|",
-    "COV": "|",
-    "EQ": "|",
-    "TO": "|",
-    "TC": "|",
-    "TCOS": "|",
-    "W": ":",
-    "TS": ":",
-    "X": "@",
-}
-_SINGLE = ("A", "R", "HI", "LO", "LEN", "C", "P", "N", "NAME_IN", "IDX", "IDXE")
-# The kinds this module places (the table's kinds when it was written): a kind added to the
-# table later is encoded by the general encoder until it is placed here too.
-_KNOWN = frozenset(
-    (
-        "pos",
-        "P",
-        "N",
-        "NR",
-        "NLO",
-        "GR",
-        "GLO",
-        "A",
-        "R",
-        "HI",
-        "LO",
-        "D",
-        "GE",
-        "LEN",
-        "IN",
-        "COV",
-        "EQ",
-        "NAME_IN",
-        "AT",
-        "RUN",
-        "C",
-        "L",
-        "DUP",
-        "LD",
-        "VD",
-        "IDX",
-        "IDXE",
-        "WIN",
-        "X",
-        "W",
-        "TS",
-        "TO",
-        "TC",
-        "TCOS",
-        "TN",
-        "PLEN",
-        "PMIN",
-        "PMAX",
-        "PALL",
-        "PSUM",
-        "PD",
-        "TALLY",
-        "S",
-        "OMIN",
-        "OMAX",
-    )
-)
-
 Pairs = dict[str, dict[str, int]]
-
-
-class ToolsInfo:
-    """What a candidate list alone gives: each candidate's names, lower-case id and word pieces."""
-
-    def __init__(self, tools: tuple[str, ...]) -> None:
-        self.names = [ids.names_of(t) for t in tools]
-        self.lows = [t.lower() for t in tools]
-        self.pieces = [ids.pieces_of(t) for t in tools]
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What a flat state's keys and the candidates alone decide (`_flat_signature`): each
-    candidate's id with the state's names spelled out (`ids.numbers_outside_names`), its aligned
-    parts as (path with `*`, the keys that reach the part) and each part's concrete root."""
-
-    numbered: list[str]
-    parts: list[list[tuple[str, tuple[str, ...]]]]
-    roots: list[list[str | None]]
 
 
 class FastEncoder:
@@ -165,19 +82,19 @@ class FastEncoder:
         self._scale = np.asarray(space.scale, dtype=np.float64)
         self._tools: OrderedDict[tuple[str, ...], ToolsInfo] = OrderedDict()
         self._layouts: OrderedDict[tuple[Any, ...], Layout | None] = OrderedDict()
-        self.reason = _unsupported(space)
+        self.reason = unsupported(space)
         self.compiled = self.reason is None
-        self.single: dict[str, dict[str, int]] = {k: {} for k in _SINGLE}
-        self.pairs: dict[str, Pairs] = {k: {} for k in _SPLIT}
+        self.single: dict[str, dict[str, int]] = {k: {} for k in SINGLE}
+        self.pairs: dict[str, Pairs] = {k: {} for k in SPLIT}
         self.pos: int | None = self.index.get(name("pos"))
         for column, feature in enumerate(space.names):
             prefix, _, body = feature.partition(":")
             if prefix in self.single:
                 self.single[prefix][body] = column
-            elif prefix in _SPLIT:
+            elif prefix in SPLIT:
                 # Every split at the separator: the name is `prefix:first<sep>second` for each,
                 # so a (first, second) a row spells finds its column exactly.
-                sep, at = _SPLIT[prefix], body.find(_SPLIT[prefix])
+                sep, at = SPLIT[prefix], body.find(SPLIT[prefix])
                 while at != -1:
                     self.pairs[prefix].setdefault(body[:at], {})[body[at + 1 :]] = column
                     at = body.find(sep, at + 1)
@@ -190,8 +107,8 @@ class FastEncoder:
             for path in self.single[k]
         }
         ranked = [b for k in ("R", "HI", "LO") for b in self.single[k]]
-        self.matches = any(n.startswith(_MATCHES) for n in space.names) or any(
-            b.startswith(_MATCHES) for b in ranked
+        self.matches = any(n.startswith(MATCHES) for n in space.names) or any(
+            b.startswith(MATCHES) for b in ranked
         )
         # Crossed ids (`X:<name>@<id>`): per candidate id, the crossed context names it keeps.
         self.crossed: dict[str, dict[str, int]] = {}
@@ -246,7 +163,7 @@ class FastEncoder:
         except (TypeError, ValueError):
             state, signature = {"text": state_text}, None
         else:
-            state, signature = cx.nested(parsed), _flat_signature(parsed)
+            state, signature = cx.nested(parsed), flat_signature(parsed)
         layout = None
         if signature is not None:
             layout = self._layout(state, (signature, tuple(tools)), tools)
@@ -274,7 +191,7 @@ class FastEncoder:
             ]
         else:
             numbered, concretes = layout.numbered, layout.roots
-            found_parts = [[(g, _at(state, keys)) for g, keys in c] for c in layout.parts]
+            found_parts = [[(g, at_keys(state, keys)) for g, keys in c] for c in layout.parts]
         aligned: list[list[tuple[str, Any]]] = []
         bags: list[dict[str, frozenset[str]]] = []
         roots: set[str] = set()
@@ -361,7 +278,7 @@ class FastEncoder:
         for cpath, cstr in ctx_strings:
             strings_at.setdefault(cpath, set()).add(cstr)
         set_at = {cpath: cset for cpath, cset in ctx_sets if cset}
-        crossable = {k for k in shared if k.startswith(_CROSSED) and " " not in k}
+        crossable = {k for k in shared if k.startswith(CROSSED) and " " not in k}
         for i in range(n):
             f: dict[int, float] = {}
             # ids.id_features
@@ -501,9 +418,9 @@ class FastEncoder:
             ids.numbers_outside_names(t, ns & known) for t, ns in zip(tools, names, strict=True)
         ]
         general = al.aligned_parts(state, names)
-        parts = _dict_parts(state, names)
+        parts = dict_parts(state, names)
         same = [[(g, id(s)) for g, s in c] for c in general] == [
-            [(g, id(_at(state, keys))) for g, keys in c] for c in parts
+            [(g, id(at_keys(state, keys))) for g, keys in c] for c in parts
         ]
         layout = None
         if same:
@@ -527,112 +444,3 @@ class FastEncoder:
         else:
             self._tools.move_to_end(key)
         return info
-
-
-def _flat_signature(parsed: Any) -> tuple[str, ...] | None:
-    """A state's JSON keys, when they alone decide its shape: an object whose values are
-    numbers, strings, bools, nulls or lists of numbers, strings and bools (a `minimal`
-    compression's dotted keys, `context.nested` makes them nested objects from the keys alone).
-    Such a state's names (`ids.state_names`), aligned parts and their roots depend only on its
-    keys and the candidates. None for any other state."""
-    if not isinstance(parsed, dict):
-        return None
-    for value in parsed.values():
-        if isinstance(value, dict):
-            return None
-        if isinstance(value, list) and not all(isinstance(x, str | int | float) for x in value):
-            return None
-    return tuple(parsed)
-
-
-def _dict_parts(state: Any, names: list[set[str]]) -> list[list[tuple[str, tuple[str, ...]]]]:
-    """`aligned.aligned_parts` of a state of objects alone, each part as the keys reaching it."""
-    found: list[list[tuple[str, tuple[str, ...]]]] = [[] for _ in names]
-
-    def walk(node: Any, path: str, keys: tuple[str, ...], active: list[int]) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                low, rest = str(key).lower(), []
-                for c in active:
-                    if low in names[c]:
-                        found[c].append((f"{path}.*" if path else "*", (*keys, key)))
-                    else:
-                        rest.append(c)
-                if rest:
-                    walk(value, f"{path}.{key}" if path else str(key), (*keys, key), rest)
-
-    walk(state, "", (), list(range(len(names))))
-    return found
-
-
-def _at(state: Any, keys: tuple[str, ...]) -> Any:
-    node = state
-    for key in keys:
-        node = node[key]
-    return node
-
-
-def context_leaves(state: Any, roots: set[str]) -> list[tuple[str, Any]]:
-    """`context.context_leaves`: the state's leaves outside the aligned roots, a branch inside
-    one left unwalked (every leaf under it would be dropped)."""
-    if not isinstance(state, dict):
-        return cx.context_leaves(state, roots)
-    out: list[tuple[str, Any]] = []
-    leaves_into(state, "", out, roots)
-    return out
-
-
-def leaves_into(obj: Any, path: str, out: list[tuple[str, Any]], roots: set[str] | None) -> None:
-    """`context.leaves` into a list, without a generator per node; with `roots`, a branch whose
-    path is inside them (`context.inside`) is skipped: its leaves' paths all start with it."""
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            here = f"{path}.{key}" if path else str(key)
-            if not (roots and cx.inside(here, roots)):
-                leaves_into(value, here, out, roots)
-    elif isinstance(obj, list):
-        if obj and all(isinstance(v, str) for v in obj):
-            out.append((path, frozenset(v.lower() for v in obj)))
-            out.append((path, tuple(v.lower() for v in obj)))
-            if is_grid(obj):
-                out.append((path, Grid(tuple(obj))))
-            if words := [v for v in obj if _is_text(v)]:
-                out.append((path, Text("\n".join(words))))
-        else:
-            for i, value in enumerate(obj[: cx.MAX_LIST_INDEX]):
-                here = f"{path}.{i}"
-                if not (roots and cx.inside(here, roots)):
-                    leaves_into(value, here, out, roots)
-    elif (number := number_of(obj)) is not None:
-        out.append((path, number))
-    elif isinstance(obj, str):
-        if len(obj) <= tx.SHORT:
-            out.append((path, obj.lower()))
-        if _is_text(obj):
-            out.append((path, Text(obj)))
-
-
-_TEXTY: dict[str, bool] = {}  # `text.is_text` of the strings seen (states repeat their strings)
-
-
-def _is_text(value: str) -> bool:
-    found = _TEXTY.get(value)
-    if found is None:
-        if len(_TEXTY) >= 1 << 16:
-            _TEXTY.clear()
-        found = _TEXTY[value] = tx.is_text(value)
-    return found
-
-
-def _unsupported(space: FeatureSpace) -> str | None:
-    """Why the general encoder must encode this space throughout, or None."""
-    if SPACE_FORMAT != FORMAT:
-        return f"the feature space format is {SPACE_FORMAT}; this encoder was written for {FORMAT}"
-    # A space that reads more than `row_features` (a sentence encoder's `E:` of its texts).
-    reads = getattr(space, "text_encoder", "tokens")
-    if reads != "tokens":
-        return f"the space reads its texts with {reads!r}, not only as words"
-    unknown = sorted({n.partition(":")[0] for n in space.names} - _KNOWN)
-    if unknown:
-        return f"feature kinds it does not compile: {', '.join(unknown)}"
-    return None

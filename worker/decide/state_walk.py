@@ -1,0 +1,131 @@
+"""Reading a state for the decision-time encoder (worker/decide/fast_encode.py): what a candidate
+list alone gives, a flat state's layout, the aligned parts of a state of objects, and the
+context leaves, each the same as the general code's (`worker/features/context.py`,
+`aligned.py`) without its generators."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from worker.features import context as cx
+from worker.features import ids
+from worker.features import text as tx
+from worker.features.cells import Grid, is_grid
+from worker.features.text import Text
+from worker.features.values import number_of
+
+
+class ToolsInfo:
+    """What a candidate list alone gives: each candidate's names, lower-case id and word pieces."""
+
+    def __init__(self, tools: tuple[str, ...]) -> None:
+        self.names = [ids.names_of(t) for t in tools]
+        self.lows = [t.lower() for t in tools]
+        self.pieces = [ids.pieces_of(t) for t in tools]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a flat state's keys and the candidates alone decide (`flat_signature`): each
+    candidate's id with the state's names spelled out (`ids.numbers_outside_names`), its aligned
+    parts as (path with `*`, the keys that reach the part) and each part's concrete root."""
+
+    numbered: list[str]
+    parts: list[list[tuple[str, tuple[str, ...]]]]
+    roots: list[list[str | None]]
+
+
+def flat_signature(parsed: Any) -> tuple[str, ...] | None:
+    """A state's JSON keys, when they alone decide its shape: an object whose values are
+    numbers, strings, bools, nulls or lists of numbers, strings and bools (a `minimal`
+    compression's dotted keys, `context.nested` makes them nested objects from the keys alone).
+    Such a state's names (`ids.state_names`), aligned parts and their roots depend only on its
+    keys and the candidates. None for any other state."""
+    if not isinstance(parsed, dict):
+        return None
+    for value in parsed.values():
+        if isinstance(value, dict):
+            return None
+        if isinstance(value, list) and not all(isinstance(x, str | int | float) for x in value):
+            return None
+    return tuple(parsed)
+
+
+def dict_parts(state: Any, names: list[set[str]]) -> list[list[tuple[str, tuple[str, ...]]]]:
+    """`aligned.aligned_parts` of a state of objects alone, each part as the keys reaching it."""
+    found: list[list[tuple[str, tuple[str, ...]]]] = [[] for _ in names]
+
+    def walk(node: Any, path: str, keys: tuple[str, ...], active: list[int]) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                low, rest = str(key).lower(), []
+                for c in active:
+                    if low in names[c]:
+                        found[c].append((f"{path}.*" if path else "*", (*keys, key)))
+                    else:
+                        rest.append(c)
+                if rest:
+                    walk(value, f"{path}.{key}" if path else str(key), (*keys, key), rest)
+
+    walk(state, "", (), list(range(len(names))))
+    return found
+
+
+def at_keys(state: Any, keys: tuple[str, ...]) -> Any:
+    node = state
+    for key in keys:
+        node = node[key]
+    return node
+
+
+def context_leaves(state: Any, roots: set[str]) -> list[tuple[str, Any]]:
+    """`context.context_leaves`: the state's leaves outside the aligned roots, a branch inside
+    one left unwalked (every leaf under it would be dropped)."""
+    if not isinstance(state, dict):
+        return cx.context_leaves(state, roots)
+    out: list[tuple[str, Any]] = []
+    leaves_into(state, "", out, roots)
+    return out
+
+
+def leaves_into(obj: Any, path: str, out: list[tuple[str, Any]], roots: set[str] | None) -> None:
+    """`context.leaves` into a list, without a generator per node; with `roots`, a branch whose
+    path is inside them (`context.inside`) is skipped: its leaves' paths all start with it."""
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            here = f"{path}.{key}" if path else str(key)
+            if not (roots and cx.inside(here, roots)):
+                leaves_into(value, here, out, roots)
+    elif isinstance(obj, list):
+        if obj and all(isinstance(v, str) for v in obj):
+            out.append((path, frozenset(v.lower() for v in obj)))
+            out.append((path, tuple(v.lower() for v in obj)))
+            if is_grid(obj):
+                out.append((path, Grid(tuple(obj))))
+            if words := [v for v in obj if is_text(v)]:
+                out.append((path, Text("\n".join(words))))
+        else:
+            for i, value in enumerate(obj[: cx.MAX_LIST_INDEX]):
+                here = f"{path}.{i}"
+                if not (roots and cx.inside(here, roots)):
+                    leaves_into(value, here, out, roots)
+    elif (number := number_of(obj)) is not None:
+        out.append((path, number))
+    elif isinstance(obj, str):
+        if len(obj) <= tx.SHORT:
+            out.append((path, obj.lower()))
+        if is_text(obj):
+            out.append((path, Text(obj)))
+
+
+TEXTY: dict[str, bool] = {}  # `text.is_text` of the strings seen (states repeat their strings)
+
+
+def is_text(value: str) -> bool:
+    found = TEXTY.get(value)
+    if found is None:
+        if len(TEXTY) >= 1 << 16:
+            TEXTY.clear()
+        found = TEXTY[value] = tx.is_text(value)
+    return found
