@@ -139,7 +139,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         except Exception as exc:  # runs are still recorded; the reconciler enqueues them later
             log.warning("Redis is not answering (%s); runs will queue once it is back", exc)
         if settings.decide_url:
-            trm.decide = httpx.AsyncClient(base_url=settings.decide_url, timeout=60)
+            # Keep a connection per concurrent caller: the default 20 idle reopened the rest.
+            limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+            trm.decide = httpx.AsyncClient(base_url=settings.decide_url, timeout=60, limits=limits)
         await hub.start()
         trm.intake.start()
         app.state.trm = trm

@@ -106,6 +106,8 @@ class DecideOut(BaseModel):
     trainer: str
     model_hash: str
     decisions: list[DecisionOut]
+    # Said when the version decides slowly (a qlora adapter scoring on a CPU).
+    note: str | None = None
 
 
 class VersionOut(BaseModel):

@@ -390,11 +390,9 @@ async def decide(request: Request) -> JSONResponse:
             )  # fmt: skip
             for d, i in zip(decisions, ids, strict=True)
         ],
+        note=controller.note or None,  # a qlora: it decides, and says it is slow
     )
-    answer = out.model_dump(mode="json")
-    if controller.note:  # a qlora: it decides, and says it is slow
-        answer["note"] = controller.note
-    return JSONResponse(answer)
+    return JSONResponse(out.model_dump(mode="json", exclude={"note"} if out.note is None else None))
 
 
 async def healthz(request: Request) -> JSONResponse:
