@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -118,10 +119,19 @@ def test_an_export_refuses_files_changed_after_it_was_written(gbdt_run: TinyRun,
 
 
 def test_what_cannot_be_exported_is_refused_with_the_reason(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    gbdt_run: TinyRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(ExportError, match="qlora export is not supported yet"):
         export_controller(tmp_path, "qlora", tmp_path / "out")
+    # A space that reads texts with the sentence encoder needs torch and the model: refused,
+    # where it would decide without those columns.
+    embedded = tmp_path / "embedded"
+    shutil.copytree(gbdt_run.trainer_dir, embedded)
+    space = json.loads((embedded / "features.json").read_text())
+    (embedded / "features.json").write_text(json.dumps({**space, "text_encoder": "smollm2"}))
+    with pytest.raises(ExportError, match="export one trained with text_encoder 'tokens'"):
+        export_controller(embedded, "gbdt", tmp_path / "out-embedded")
+    assert not (tmp_path / "out-embedded").exists()
     assert trm_main(["export", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
     assert "no trained controller" in capsys.readouterr().err
     # The numpy forward is a port of one version of the torch model: a new version needs a new

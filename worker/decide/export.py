@@ -131,6 +131,22 @@ def find_trainer(path: Path) -> tuple[Path, str]:
     )  # fmt: skip
 
 
+def _texts_read_as_words(trainer_dir: Path) -> None:
+    """An export reads texts as words alone (numpy): a space that also reads them with a
+    sentence encoder (`text_encoder` other than tokens) would lose those columns there."""
+    try:
+        reads = json.loads((trainer_dir / FEATURES).read_text()).get("text_encoder", "tokens")
+    except (OSError, ValueError, AttributeError):
+        return  # a missing or unreadable features.json is the export's own error, further on
+    if reads != "tokens":
+        raise ExportError(
+            "trainer",
+            f"this controller reads its texts with {reads!r} (a frozen language model under "
+            "torch), which an export cannot carry: export one trained with text_encoder "
+            "'tokens'",
+        )
+
+
 def export_controller(
     trainer_dir: Path, trainer: str, out_dir: Path, anchors_path: Path | None = None
 ) -> ExportReport:
@@ -145,6 +161,7 @@ def export_controller(
         )  # fmt: skip
     if trainer not in MODEL_FILES:
         raise ExportError("trainer", f"{trainer!r} is not one of {', '.join(MODEL_FILES)}")
+    _texts_read_as_words(trainer_dir)
     earlier = (out_dir / standalone.MANIFEST).is_file()
     if out_dir.exists() and any(out_dir.iterdir()) and not earlier:
         raise ExportError("out", f"{out_dir} is not empty and holds no earlier export")
