@@ -4,22 +4,20 @@ worker/models/sentence.py), asked for by a trainer's `text_encoder: smollm2`."""
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from filelock import FileLock
 
 from core.settings import get_settings
+from tests.train.qlora_fixtures import converted_cache
 from worker.context import StageFailure
 from worker.evaluate.policies import load_policy
 from worker.features.embed import long_texts
 from worker.features.kinds import explain
 from worker.models import base_model
-from worker.models.base_model import BUILTIN, resolve_base_model
 from worker.models.feature_space import FeatureSpace
 from worker.models.policy import argmax
 from worker.models.sentence import DIMS, SentenceEncoder
@@ -64,17 +62,8 @@ EASY_UNSEEN = [
 
 @pytest.fixture(scope="session")
 def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A MODEL_CACHE holding the converted SmolLM2 (TRM_TEST_MODEL_CACHE keeps one)."""
-    kept = os.environ.get("TRM_TEST_MODEL_CACHE")
-    if kept:
-        cache = Path(kept)
-    else:  # one conversion per test session, shared by pytest-xdist's workers
-        base = tmp_path_factory.getbasetemp()
-        cache = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "models"
-    cache.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(cache) + ".lock"):
-        resolve_base_model(BUILTIN, cache)
-    return cache
+    """A MODEL_CACHE holding the converted SmolLM2."""
+    return converted_cache(tmp_path_factory)[0]
 
 
 @pytest.fixture

@@ -34,18 +34,25 @@ def qlora_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "corpus"
 
 
-@pytest.fixture(scope="session")
-def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A MODEL_CACHE holding the converted SmolLM2 and a tiny random Llama with its tokenizer."""
+def converted_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The session's MODEL_CACHE (TRM_TEST_MODEL_CACHE keeps one) with the built-in SmolLM2
+    converted once, shared by pytest-xdist's workers: the cache and the model's folder."""
     kept = os.environ.get("TRM_TEST_MODEL_CACHE")
     if kept:
         cache = Path(kept)
-    else:  # one conversion per test session, shared by pytest-xdist's workers
+    else:
         base = tmp_path_factory.getbasetemp()
         cache = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "models"
     cache.mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache) + ".lock"):
-        smol = resolve_base_model(BUILTIN, cache)
+        return cache, resolve_base_model(BUILTIN, cache)
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A MODEL_CACHE holding the converted SmolLM2 and a tiny random Llama with its tokenizer."""
+    cache, smol = converted_cache(tmp_path_factory)
+    with FileLock(str(cache) + ".lock"):
         if not (cache / TINY_LLAMA / "config.json").exists():
             write_tiny_llama(smol, cache / TINY_LLAMA)
     return cache
