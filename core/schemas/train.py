@@ -20,7 +20,7 @@ class TrmTrainerConfig(StrictModel):
     it. Training keeps the epoch with the best val accuracy and stops after `patience` epochs
     without a better one. `feature_dropout` removes that share of each train row's features
     (value and presence, for every candidate alike): a regularizer for worlds that show fewer of
-    the train worlds' features; 0 by default (measured in the README: it helps grid and costs
+    the train worlds' features; 0 by default (measured in docs/quality.md: it helps grid and costs
     verify).
 
     Every size has an upper bound, and two checks run on the worker once the corpus is known,
