@@ -200,7 +200,7 @@ def main() -> int:
     started = time.perf_counter()
     for family in args.families.split(","):
         params: Params = families[family]["params"]
-        made = generate_set(family, params, args.train + 2 * args.test, seed=0)
+        made = generate_set(family, params, args.train + 2 * args.test, seed=0, jobs=args.jobs)
         train_set: PuzzleSet = made.take(slice(0, args.train))
         val_set = made.take(slice(args.train, args.train + args.test))
         test_set = made.take(slice(args.train + args.test, None))
