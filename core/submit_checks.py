@@ -93,9 +93,11 @@ def check_bench(resolved: dict[str, Any], settings: Settings, dry_run: bool) -> 
 
 
 def check_side(side: str, ref: str, run_id: str, found: tuple[str, str] | None) -> None:
-    """A side naming a run: the run is there and has finished what the bench reads (a train
-    run's model, a hill-climb's picks), so that the bench is refused now rather than failing
-    once a worker takes it up."""
+    """A side naming a run: the run is there and can still give what the bench reads. A train run
+    that failed or was cancelled left no model; a hill-climb's picks exist once it has completed
+    (its coordinator runs on the cpu queue, so a bench queued behind it would start first). A
+    queued or running train run is accepted: behind it on one worker's queue the bench finds its
+    model."""
     if found is None:
         raise _refuse(side, f"no run {run_id}")
     kind, status = found
@@ -105,14 +107,15 @@ def check_side(side: str, ref: str, run_id: str, found: tuple[str, str] | None) 
             side,
             f"run {run_id} is a {kind} run: :{pick} names a hill-climb's pick; name the run alone",
         )
-    if status != "completed":
-        what = f"hill-climb {run_id}" if pick else f"run {run_id}"
+    if pick and status != "completed":
         when = "once it has completed" if status in ("queued", "running") else "after a rerun"
         raise _refuse(
             side,
-            f"{what} is {status}, not completed: bench {ref} {when} (wait_for_run, or trm "
-            f"watch {run_id})",
+            f"hill-climb {run_id} is {status}, not completed: bench {ref} {when} "
+            f"(wait_for_run, or trm watch {run_id})",
         )
+    if status in ("failed", "cancelled"):
+        raise _refuse(side, f"run {run_id} is {status}: it left no model to bench")
 
 
 def check_external(entry: dict[str, Any], resolved: dict[str, Any], data_dir: Path) -> None:

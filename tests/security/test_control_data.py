@@ -77,17 +77,23 @@ def finished_search(**picks: str) -> dict[str, Any]:
     return {"status": "completed", "search": picks}
 
 
-def search_run(settings: Settings, summary: dict[str, Any]) -> str:
-    """A completed hill-climb's row (what the API checks a `:root`/`:final` against at submit)
-    whose directory holds a forged summary.json."""
+def run_row(settings: Settings, kind: str, status: str) -> str:
+    """A run's row as the API sees it at submit (its kind and status), and nothing else."""
     engine = make_engine(settings.database_url)
     with Session(engine) as db:
-        run = Run(kind="hillclimb", status="completed", queue="cpu", spec={"kind": "hillclimb"},
+        run = Run(kind=kind, status=status, queue="cpu", spec={"kind": kind},
                   spec_hash="f" * 64, finished_at=utcnow())  # fmt: skip
         db.add(run)
         db.commit()
         run_id = str(run.id)
     engine.dispose()
+    return run_id
+
+
+def search_run(settings: Settings, summary: dict[str, Any]) -> str:
+    """A completed hill-climb's row (what the API checks a `:root`/`:final` against at submit)
+    whose directory holds a forged summary.json."""
+    run_id = run_row(settings, "hillclimb", "completed")
     run_dir = settings.run_dir(run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "summary.json").write_text(json.dumps({**summary, "run_id": run_id}))
@@ -176,3 +182,25 @@ def test_a_forged_candidate_scorecard_does_not_enter_the_ledger(
         recorded = evaluated["manifest"]["result"]
         assert row["anchor_score"] == recorded["anchor_score"] != 0.999, (row, recorded)
         assert row["train_score"] == recorded["train_score"] != 0.999
+
+
+def test_a_bench_side_is_refused_at_submit_when_its_run_cannot_give_what_the_bench_reads(
+    service: Service, settings: Settings
+) -> None:
+    def bench(router: str) -> Any:
+        return service.http.post("/benches/routerbench", json={"router": router})
+
+    running_search = run_row(settings, "hillclimb", "running")
+    failed_train = run_row(settings, "train", "failed")
+    done_train = run_row(settings, "train", "completed")
+    for router, words in (
+        (f"{running_search}:final", "is running, not completed"),
+        (f"{failed_train}", "is failed: it left no model"),
+        (f"{done_train}:final", "names a hill-climb's pick"),
+    ):
+        answer = bench(router)
+        assert answer.status_code == 422, (router, answer.text)
+        assert words in answer.json()["error"]["message"], answer.text
+    # Behind a queued train run on one worker's queue the bench finds its model: accepted.
+    queued_train = run_row(settings, "train", "queued")
+    assert bench(queued_train).status_code == 202
