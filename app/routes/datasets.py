@@ -13,7 +13,6 @@ its own content type (the Origin and Host checks still apply).
 from __future__ import annotations
 
 import errno
-import hashlib
 import re
 import shutil
 from pathlib import Path
@@ -25,6 +24,7 @@ from pydantic import BaseModel
 from sqlmodel import Session
 
 from app.deps import AppState, caller, session, state
+from app.streams import receive_body
 from core import datasets
 from core.dataset_show import DatasetShow, show
 from core.datasets import DatasetMeta, Limits, refuse
@@ -172,19 +172,18 @@ async def push_dataset(
     scratch = await run_in_threadpool(datasets.incoming, data_dir)
     try:
         body = scratch / "upload"
-        digest, size = hashlib.sha256(), 0
+
+        def bounded(size: int) -> None:
+            if size > limit:
+                raise _too_large(size, limit)
+
         with body.open("wb") as fh:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise _too_large(size, limit)
-                digest.update(chunk)
-                fh.write(chunk)
-        if digest.hexdigest() != expected:
+            sha256, size = await receive_body(request, fh, bounded)
+        if sha256 != expected:
             raise refuse(
                 422,
                 "checksum_mismatch",
-                f"the body's sha256 is {digest.hexdigest()}, {SHA256_HEADER} said {expected}: "
+                f"the body's sha256 is {sha256}, {SHA256_HEADER} said {expected}: "
                 "the upload was cut or altered on the way; send it again",
                 SHA256_HEADER,
             )

@@ -23,7 +23,6 @@ whose bytes do not match is never kept.
 from __future__ import annotations
 
 import errno
-import hashlib
 import hmac
 import os
 import time
@@ -37,6 +36,7 @@ from pydantic import BaseModel
 from sqlmodel import Session, col, select
 
 from app.deps import AppState, session, state
+from app.streams import receive_body
 from core.errors import ApiError
 from core.models import Run, Stage
 from core.paths import safe_artifact
@@ -242,25 +242,24 @@ async def upload_artifact(
         raise _quota_error(run_id, used, size_hint, quota)
     expected = x_content_sha256.lower()
     tmp = target.with_name(f".{target.name}.upload-{uuid.uuid4().hex[:12]}.tmp")
-    digest = hashlib.sha256()
+
+    def bounded(size: int) -> None:
+        if size > limit:
+            raise _too_large(rel, size, limit)
+        if size > room:
+            raise _quota_error(run_id, used, size, quota)
+
     size = 0
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as fh:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise _too_large(rel, size, limit)
-                if size > room:
-                    raise _quota_error(run_id, used, size, quota)
-                digest.update(chunk)
-                fh.write(chunk)
+            sha256, size = await receive_body(request, fh, bounded)
             await run_in_threadpool(_sync, fh)
-        if digest.hexdigest() != expected:
+        if sha256 != expected:
             raise ApiError(
                 422,
                 "checksum_mismatch",
-                f"{rel}: the body's sha256 is {digest.hexdigest()}, the header said {expected}",
+                f"{rel}: the body's sha256 is {sha256}, the header said {expected}",
                 {"field": SHA256_HEADER, "path": rel},
             )
         os.replace(tmp, target)
