@@ -293,12 +293,7 @@ def _promote_best(ctx: StageContext, asked: PromoteBest, best: Candidate | None)
     """The spec's `promote`: the best candidate as the name's next live version, unless there is
     none or it scores under `min_anchor_score`. A refusal is said (an event and the summary's
     `promotion`), never a failed search: the search's results stand either way."""
-    reason = None
-    score = best.scores.get("anchor_score") if best is not None else None
-    if best is None or not best.run_id:
-        reason = "no candidate met the keep rule"
-    elif asked.min_anchor_score is not None and (score is None or score < asked.min_anchor_score):
-        reason = f"the best anchor score {score} is under min_anchor_score {asked.min_anchor_score}"
+    reason = _not_promoted(asked, best)
     if reason is None and best is not None and best.run_id:
         try:
             best_of = (best.run_id, best.candidate_id)
@@ -323,6 +318,16 @@ def _promote_best(ctx: StageContext, asked: PromoteBest, best: Candidate | None)
     ctx.note(text)
     ctx.log(text)
     return {"promoted": False, "name": asked.name, "reason": reason}
+
+
+def _not_promoted(asked: PromoteBest, best: Candidate | None) -> str | None:
+    """Why the search's best is not promoted before the registry is asked, or None."""
+    if best is None or not best.run_id:
+        return "no candidate met the keep rule"
+    score, floor = best.scores.get("anchor_score"), asked.min_anchor_score
+    if floor is not None and (score is None or score < floor):
+        return f"the best anchor score {score} is under min_anchor_score {floor}"
+    return None
 
 
 def _copy_best(ctx: StageContext, run_id: str, record: dict[str, Any]) -> None:
