@@ -3,4 +3,4 @@
 Nothing under `app/` imports torch or transformers (SPEC §2): the API stays small.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.5.0"
