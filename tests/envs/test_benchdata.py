@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,8 @@ def test_bench_data_is_generated_once_with_its_anchor_worlds(tmp_path: Path) -> 
     before = {p: p.stat().st_mtime_ns for p in folder.rglob("*")}
     assert ensure_bench_data("routerbench", tmp_path) == folder
     assert {p: p.stat().st_mtime_ns for p in folder.rglob("*")} == before
-    assert [p.name for p in folder.parent.iterdir()] == ["routerbench"]  # no temp folders left
+    left = [p.name for p in folder.parent.iterdir() if not p.name.endswith(".lock")]
+    assert left == ["routerbench"]  # no temp folders left
 
 
 def test_a_changed_bench_spec_regenerates_its_data(tmp_path: Path) -> None:
@@ -62,6 +64,41 @@ def test_a_changed_bench_spec_regenerates_its_data(tmp_path: Path) -> None:
     ensure_bench_data("mini", tmp_path / "data", spec_dir=specs)
     more = len((folder / "worlds/grid-s3000-w0/trm_traces.jsonl").read_text().splitlines())
     assert more > rows
+
+
+def _mini_spec(specs: Path, episodes: int) -> None:
+    spec = json.loads((SPEC_DIR / "primehub-baseline.json").read_text())
+    spec.update(
+        name="mini",
+        families=["grid"],
+        worlds=2,
+        episodes=episodes,
+        anchor_worlds=["grid-s3000-w1"],
+    )
+    (specs / "mini.json").write_text(json.dumps(spec))
+
+
+def _ensure_and_identify(name: str, data: Path, specs: Path) -> int:
+    """What a worker holds after asking: the folder's inode, which a later swap would change."""
+    return ensure_bench_data(name, data, spec_dir=specs).stat().st_ino
+
+
+def test_workers_racing_on_a_stale_bench_generate_it_once_and_keep_it(tmp_path: Path) -> None:
+    specs, data = tmp_path / "specs", tmp_path / "data"
+    specs.mkdir()
+    _mini_spec(specs, episodes=2)
+    ensure_bench_data("mini", data, spec_dir=specs)
+    _mini_spec(specs, episodes=12)  # every racer finds the landed folder stale
+    with ProcessPoolExecutor(max_workers=6) as pool:
+        held = list(pool.map(_ensure_and_identify, ["mini"] * 6, [data] * 6, [specs] * 6))
+    folder = data / "benches" / "mini"
+    # one generation landed; no racer swapped the folder out from under another that had it
+    assert held == [folder.stat().st_ino] * 6
+    stamp = json.loads((folder / "bench_data.json").read_text())
+    assert stamp["fingerprint"] == load_bench("mini", specs).fingerprint()
+    assert (folder / "worlds/grid-s3000-w0/trm_traces.jsonl").read_text().splitlines()
+    left = sorted(p.name for p in folder.parent.iterdir() if not p.name.endswith(".lock"))
+    assert left == ["mini"]
 
 
 def test_anchor_worlds_that_would_not_be_generated_are_refused(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ format`) and which worlds are the bench's anchors (`anchor_worlds`): held out of
 split, never trained on. The data lands in `DATA_DIR/benches/<name>/` with a `bench_data.json`
 stamp; a later call with the same spec returns the folder untouched, a changed spec regenerates it.
 Generation goes to a temporary folder that is renamed into place, so a reader never sees half a
-bench, and two workers racing on first use both end up with the same complete folder.
+bench; a lock file beside the folder makes workers racing on first use generate it once: the
+others wait, then find it current.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from worker.envs.families import FAMILIES, world_id
@@ -89,6 +91,14 @@ def ensure_bench_data(name: str, data_dir: Path, spec_dir: Path | None = None) -
     if _current(target, bench):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.parent / f".{name}.lock")):
+        if not _current(target, bench):  # another process may have landed it while we waited
+            _generate_into(target, name, bench)
+    return target
+
+
+def _generate_into(target: Path, name: str, bench: BenchData) -> None:
+    """Generate the bench in a temporary folder and swap it in; the caller holds the lock."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
     try:
         generate(
@@ -111,14 +121,9 @@ def ensure_bench_data(name: str, data_dir: Path, spec_dir: Path | None = None) -
             old = Path(tempfile.mkdtemp(prefix=f".{name}-old-", dir=target.parent))
             os.replace(target, old / name)
             shutil.rmtree(old, ignore_errors=True)
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            if not _current(target, bench):  # lost a race to an equal generation: fine
-                raise
+        os.rename(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return target
 
 
 def _current(target: Path, bench: BenchData) -> bool:
