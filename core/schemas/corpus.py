@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core.schemas.common import MAX_COUNT, Seed
+from core.schemas.puzzles import PuzzleSource
 
 # Bounds on lists a spec may name: far above any real corpus, low enough that validating and
 # storing a spec stays cheap.
@@ -258,7 +259,7 @@ class DecisionLogSource(StrictModel):
 
 Source = Annotated[
     TrmPlayRootSource | JsonlSource | RouterJsonlSource | RouteLlmSource | JobShopSource
-    | BfclSource | DecisionLogSource,
+    | BfclSource | DecisionLogSource | PuzzleSource,
     Field(discriminator="type"),
 ]  # fmt: skip
 

@@ -14,11 +14,12 @@ The work of a run is `max_steps` optimizer steps of `batch_size` puzzles, each s
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
-from core.schemas.common import STEPS_LIMIT, StrictModel
+from core.schemas.common import MAX_COUNT, STEPS_LIMIT, StrictModel
 
 
 class GridTrainerConfig(StrictModel):
@@ -45,7 +46,117 @@ class GridTrainerConfig(StrictModel):
     eval_puzzles: int = Field(default=256, ge=1, le=100_000)
     checkpoint_every: int = Field(default=500, ge=1, le=1_000_000)
 
+    @field_validator("heads")
+    @classmethod
+    def _heads_divide_hidden(cls, heads: int, info: ValidationInfo) -> int:
+        hidden, mixer = info.data.get("hidden"), info.data.get("mixer")
+        if mixer == "attention" and isinstance(hidden, int) and hidden % heads:
+            raise ValueError(f"must divide hidden ({hidden}) for the attention mixer")
+        return heads
+
 
 def network_calls(config: GridTrainerConfig) -> int:
     """Applications of the 2-layer network per puzzle per optimizer step (forward)."""
     return (config.n_recursions + 1) * config.cycles
+
+
+# ---- the service's side: a puzzle source, the work a config asks for ----------------------------
+PUZZLE_ARRAYS, PUZZLE_META = "puzzles.npz", "puzzles.json"  # a puzzle set's two files
+# FLOP/s the work is converted at before any worker is chosen: a fast GPU's float32 rate, so a
+# refusal at submit means no worker could finish (the worker checks again at its own rate).
+SUBMIT_FLOPS_PER_S = 1e14
+
+
+class PuzzleSource(StrictModel):
+    """A generated puzzle set: the folder (under DATA_DIR) that `trm envs generate --families
+    sudoku` or `python -m worker.puzzles` wrote, holding puzzles.json and puzzles.npz. Read by
+    the `trm_grid` trainer only. Its puzzles are split at random (split.seed): `anchor_share`
+    of them held out as the anchors (never trained on, never used to pick the model), then
+    split.val_fraction of the rest as val; a source named in split.anchor is held out whole."""
+
+    type: Literal["puzzles"]
+    name: str = Field(min_length=1, max_length=200)
+    path: str = Field(max_length=4096, description="a folder under DATA_DIR holding a puzzle set")
+    anchor_share: float = Field(default=0.2, gt=0, lt=1)
+    limit: int | None = Field(default=None, ge=1, le=MAX_COUNT, description="its first N puzzles")
+
+
+def check_puzzle_trainer(trainer: str, source_types: list[str]) -> None:
+    """A puzzle set feeds the grid trm only, and the grid trm reads puzzle sets only."""
+    puzzles = [t == "puzzles" for t in source_types]
+    if trainer == "trm_grid" and not all(puzzles):
+        raise ValueError(
+            "trainer trm_grid (whole-answer puzzles) reads puzzle sets only: every "
+            "corpus.sources[] must be of type puzzles"
+        )
+    if trainer != "trm_grid" and any(puzzles):
+        raise ValueError(
+            f"a puzzles source feeds trainer trm_grid only (this spec's trainer is {trainer})"
+        )
+
+
+def puzzle_shape(meta: dict[str, Any]) -> tuple[int, int]:
+    """(cells, vocabulary) of a set from its puzzles.json: a sudoku's tokens are its digits and
+    the blank; a maze's are open, wall, start, goal and path."""
+    side = int(meta["params"]["side"])
+    return side * side, (side + 1 if meta["family"] == "sudoku" else 5)
+
+
+@dataclass(frozen=True, slots=True)
+class GridWork:
+    """What one run of `config` on puzzles of `cells` cells asks for, in float32 numbers."""
+
+    step_flops: float  # one optimizer step, forward and backward
+    eval_flops: float  # every val point together
+    parameters: int
+    bytes: int  # parameters held six times (weights, gradient, AdamW's two, EMA, best), the
+    # carry, and the activations the last cycle keeps for backward
+
+    def seconds(self, steps: int, flops_per_s: float) -> float:
+        return (steps * self.step_flops + self.eval_flops) / flops_per_s
+
+
+def grid_work(config: GridTrainerConfig, cells: int, vocab: int) -> GridWork:
+    """The arithmetic of worker/models/trm_grid.py. One application of the network `f` (two
+    blocks) per puzzle: each block's per-cell SwiGLU 6 e C H^2, and its mixer, an MLP along the
+    cells (6 e H C^2) or attention (8 C H^2 + 4 C^2 H). A step runs f (n + 1) x T times forward
+    and the recorded part ((n + 1), or 2 for the one-step gradient) twice more for backward."""
+    h, c, e = config.hidden, cells, config.expansion
+    inner = max(1, round(e * h))
+    if config.mixer == "mlp":
+        mixer_flops, mixer_params = 6 * h * c * max(1, round(e * c)), 3 * c * max(1, round(e * c))
+    else:
+        mixer_flops, mixer_params = 8 * c * h * h + 4 * c * c * h, 4 * h * h
+    f = 2 * (mixer_flops + 6 * c * h * inner)
+    applications = (config.n_recursions + 1) * config.cycles
+    recorded = config.n_recursions + 1 if config.gradient == "full" else 2
+    heads = 6 * c * h * vocab
+    step = config.batch_size * (f * (applications + 2 * recorded) + heads)
+    evals = -(-config.max_steps // config.eval_every) * config.eval_puzzles
+    eval_flops = evals * config.supervision_steps * (f * applications + heads / 3)
+    parameters = 2 * (mixer_params + 3 * h * inner) + 2 * vocab * h + c * h + h + 1
+    kept = 2 * (4 * h + 3 * inner + (3 * h if config.mixer == "attention" else 3 * e * c))
+    scores = 2 * config.heads * c * c if config.mixer == "attention" else 0
+    activations = config.batch_size * recorded * (c * kept + scores)
+    carry = config.batch_size * c * (4 * h + 3 * vocab)
+    return GridWork(step, eval_flops, parameters, int(4 * (6 * parameters + activations + carry)))
+
+
+def grid_refusal(
+    config: GridTrainerConfig, cells: int, vocab: int, max_seconds: float, flops_per_s: float
+) -> tuple[str, str] | None:
+    """(field, message) when `config.max_steps` steps on this set cannot finish within
+    `max_seconds` at `flops_per_s`, a rate above what a device reaches on this model."""
+    work = grid_work(config, cells, vocab)
+    seconds = work.seconds(config.max_steps, flops_per_s)
+    if seconds <= max_seconds:
+        return None
+    return "trm_grid.max_steps", (
+        f"{config.max_steps} steps of {config.batch_size} puzzles x {cells} cells at hidden "
+        f"{config.hidden}, n={config.n_recursions}, T={config.cycles} ({work.step_flops:.3g} "
+        f"FLOPs a step, plus {config.eval_puzzles} val puzzles x N_sup="
+        f"{config.supervision_steps} every {config.eval_every} steps) is at least "
+        f"{seconds:.3g} s of work at {flops_per_s:.0e} FLOP/s, over this server's limit of "
+        f"{max_seconds:g} s (TRM_MAX_SECONDS); lower trm_grid.max_steps, batch_size, hidden, "
+        f"n_recursions, cycles or eval_puzzles, or set budget.max_seconds"
+    )

@@ -50,7 +50,11 @@ def queue_for(spec: CommonSpec) -> str:
 def step_limits(spec: CommonSpec) -> list[tuple[str, int | None]]:
     """(field path, requested count) pairs checked against the settings' limits."""
     if isinstance(spec, TrainSpec):
-        return [("trm.max_steps", spec.trm.max_steps), ("qlora.max_steps", spec.qlora.max_steps)]
+        return [
+            ("trm.max_steps", spec.trm.max_steps),
+            ("qlora.max_steps", spec.qlora.max_steps),
+            ("trm_grid.max_steps", spec.trm_grid.max_steps),
+        ]
     if isinstance(spec, SelftestSpec):
         return [("steps", spec.steps)]
     return []

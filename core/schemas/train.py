@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from core.schemas.common import MAX_COUNT, STEPS_LIMIT, CommonSpec, Seed, StrictModel
 from core.schemas.corpus import CorpusSpec
+from core.schemas.puzzles import GridTrainerConfig, check_puzzle_trainer
 
 TextEncoder = Literal["tokens", "smollm2"]
 
@@ -153,10 +154,18 @@ class TrainEvaluateConfig(StrictModel):
 
 class TrainSpec(CommonSpec):
     kind: Literal["train"]
-    trainer: Literal["trm", "gbdt", "qlora"] = "trm"
+    # trm_grid: the whole-answer trm on puzzle sets (core/schemas/puzzles.py), not a controller.
+    trainer: Literal["trm", "gbdt", "qlora", "trm_grid"] = "trm"
     corpus: CorpusSpec
     trm: TrmTrainerConfig = Field(default_factory=TrmTrainerConfig)
     gbdt: GbdtTrainerConfig = Field(default_factory=GbdtTrainerConfig)
     qlora: QloraTrainerConfig = Field(default_factory=QloraTrainerConfig)
+    trm_grid: GridTrainerConfig = Field(default_factory=GridTrainerConfig)
     evaluate: TrainEvaluateConfig = Field(default_factory=TrainEvaluateConfig)
     seed: Seed = 0
+
+    @field_validator("corpus")
+    @classmethod
+    def _puzzles_for_trm_grid(cls, corpus: CorpusSpec, info: ValidationInfo) -> CorpusSpec:
+        check_puzzle_trainer(info.data.get("trainer", "trm"), [s.type for s in corpus.sources])
+        return corpus
