@@ -18,10 +18,12 @@ router = APIRouter(tags=["artifacts"])
 HIDDEN_PREFIX = "."
 
 
-@router.get("/runs/{run_id}/artifacts", response_model=ArtifactList)
+@router.get("/runs/{run_id}/artifacts", response_model=ArtifactList, summary="List a run's files")
 def list_artifacts(
     run_id: str, app: Annotated[AppState, Depends(state)], db: Annotated[Session, Depends(session)]
 ) -> ArtifactList:
+    """Every file of the run's directory with its size (manifests, `summary.json`,
+    `scorecard.json`, checkpoints, the trained model); dot-files are never listed."""
     get_run(db, run_id)
     run_dir = app.settings.run_dir(run_id)
     items = []
@@ -35,13 +37,18 @@ def list_artifacts(
     return ArtifactList(run_id=run_id, artifacts=items)
 
 
-@router.get("/runs/{run_id}/artifacts/{path:path}", response_class=FileResponse)
+@router.get(
+    "/runs/{run_id}/artifacts/{path:path}", response_class=FileResponse, summary="Read a run's file"
+)
 def get_artifact(
     run_id: str,
     path: str,
     app: Annotated[AppState, Depends(state)],
     db: Annotated[Session, Depends(session)],
 ) -> FileResponse:
+    """One file of the run (`path` as listed); JSON as `application/json`, `.jsonl`, `.log` and
+    `.txt` as text, others as a download. A `Range` header reads part of it. No path leaves the
+    run's directory."""
     get_run(db, run_id)
     target = safe_artifact(app.settings.run_dir(run_id), path)
     try:

@@ -30,20 +30,35 @@ router = APIRouter(
 )
 
 
-@router.get("/benches")
+@router.get("/benches", summary="The bench menu")
 def list_benches() -> dict[str, Any]:
+    """The shipped benches (`specs/benches/`): each one's description, families, anchor worlds,
+    defaults, and for an external bench its data and baselines."""
     return {"benches": menu()}
 
 
-@router.post("/benches/{name}", status_code=202, responses={409: {"model": ErrorOut}})
+@router.post(
+    "/benches/{name}",
+    summary="Start a bench",
+    status_code=202,
+    responses={409: {"model": ErrorOut}},
+)
 async def start_bench(
     name: str,
     request: Request,
     app: Annotated[AppState, Depends(state)],
-    dry_run: Annotated[bool, Query()] = False,
-    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    dry_run: Annotated[
+        bool, Query(description="answer the plan (sides, anchors, stages) and queue nothing")
+    ] = False,
+    idempotency_key: Annotated[
+        str | None,
+        Header(max_length=200, description="the same key and body give back the same run"),
+    ] = None,
 ) -> JSONResponse:
-    """Queue a bench run with the bench's defaults (overridable in the body)."""
+    """Queue a bench run with the bench's defaults, any of them overridden in the body
+    (`router`, `baseline`, `episodes`, `train_sample`, `data`, ...). The router is scored on
+    the bench's anchors beside the baseline and the references; `router: "train"` trains one
+    inside the run first. A bench with nothing to score is a 422 naming `router`."""
     if name not in bench_names():
         raise ApiError(
             404, "not_found", f"no bench {name!r}; known: {', '.join(bench_names())}",

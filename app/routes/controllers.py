@@ -40,6 +40,7 @@ router = APIRouter(
 
 @router.post(
     "/controllers",
+    summary="Promote a run as a controller's next version",
     status_code=201,
     response_model=VersionOut,
     responses={409: {"model": ErrorOut}},
@@ -47,8 +48,8 @@ router = APIRouter(
 def promote(
     body: PromoteIn, request: Request, app: Annotated[AppState, Depends(state)]
 ) -> VersionOut:
-    """Promote a completed train run (or a completed hill-climb's best candidate) as the name's
-    next version; it becomes the live one."""
+    """Promote a completed train run (or a completed hill-climb's best candidate, or a bench's
+    own trained router) as the name's next version; it becomes the live one at once."""
     who = caller(request)
     if body.by:
         problem = string_problem(body.by)
@@ -59,17 +60,24 @@ def promote(
     return promotion.promote(app.engine, app.settings, body, who)
 
 
-@router.get("/controllers", response_model=ControllerList)
+@router.get("/controllers", response_model=ControllerList, summary="List controllers")
 def list_controllers(db: Annotated[Session, Depends(session)]) -> ControllerList:
+    """Every named controller: its live version (run, trainer, anchor score) and how many
+    versions it has."""
     return ops.list_controllers(db)
 
 
-@router.get("/controllers/{name}", response_model=ControllerOut)
+@router.get("/controllers/{name}", response_model=ControllerOut, summary="Show a controller")
 def show_controller(name: str, db: Annotated[Session, Depends(session)]) -> ControllerOut:
+    """One controller: every version (its run, trainer, anchor score, who promoted it and
+    when), which one is live, the decision log setting, and the shadow version with its
+    agreement so far."""
     return ops.show(db, ops.check_name(name))
 
 
-@router.post("/controllers/{name}/rollback", response_model=ControllerOut)
+@router.post(
+    "/controllers/{name}/rollback", response_model=ControllerOut, summary="Roll back to a version"
+)
 def rollback(
     name: str, body: RollbackIn, app: Annotated[AppState, Depends(state)]
 ) -> ControllerOut:
@@ -77,7 +85,9 @@ def rollback(
     return ops.rollback(app.engine, ops.check_name(name), body.version)
 
 
-@router.patch("/controllers/{name}", response_model=ControllerOut)
+@router.patch(
+    "/controllers/{name}", response_model=ControllerOut, summary="Change a controller's settings"
+)
 def change_controller(
     name: str, body: SettingsIn, app: Annotated[AppState, Depends(state)]
 ) -> ControllerOut:
@@ -85,7 +95,7 @@ def change_controller(
     return routing.set_logging(app.engine, ops.check_name(name), body)
 
 
-@router.post("/controllers/{name}/shadow", response_model=ControllerOut)
+@router.post("/controllers/{name}/shadow", response_model=ControllerOut, summary="Shadow a version")
 def shadow(name: str, body: ShadowIn, app: Annotated[AppState, Depends(state)]) -> ControllerOut:
     """Run a candidate version beside the live one on every call (it never changes the answer;
     its agreement is in `shadow`); `{"version": null}` stops it."""
@@ -94,6 +104,7 @@ def shadow(name: str, body: ShadowIn, app: Annotated[AppState, Depends(state)]) 
 
 @router.post(
     "/controllers/{name}/promote-shadow",
+    summary="Make the shadow version live",
     response_model=ControllerOut,
     responses={409: {"model": ErrorOut}},
 )
@@ -105,14 +116,16 @@ def promote_shadow(
     return routing.promote_shadow(app.engine, ops.check_name(name), body)
 
 
-@router.post("/controllers/{name}/outcomes", response_model=OutcomesOut)
+@router.post("/controllers/{name}/outcomes", response_model=OutcomesOut, summary="Report outcomes")
 def outcomes(name: str, body: OutcomesIn, app: Annotated[AppState, Depends(state)]) -> OutcomesOut:
     """What happened after logged decisions: all recorded or none (an unknown id is a 404
     naming it); a decision's later outcome replaces its earlier one."""
     return report_outcomes(app.engine, ops.check_name(name), body)
 
 
-@router.get("/controllers/{name}/decisions", response_model=DecisionPage)
+@router.get(
+    "/controllers/{name}/decisions", response_model=DecisionPage, summary="The decision log"
+)
 def decisions(
     name: str,
     db: Annotated[Session, Depends(session)],
@@ -128,6 +141,7 @@ def decisions(
 
 @router.post(
     "/controllers/{name}/decide",
+    summary="Decide",
     response_model=DecideOut,
     responses={503: {"model": ErrorOut}, 413: {"model": ErrorOut}},
 )
@@ -135,7 +149,9 @@ async def decide(
     name: str, body: DecideBody, request: Request, app: Annotated[AppState, Depends(state)]
 ) -> Response:
     """Each row's action, every candidate's probability, the margin and whether the controller
-    abstains, from the live version (or `version`), all rows by one version."""
+    abstains, from the live version (or `version`), all rows by one version. Forwarded to the
+    decision process (`trm decide-server`, `TRM_DECIDE_URL`; 503 when none answers). With the
+    decision log on, each row's answer carries the `decision_id` its outcome is reported by."""
     ops.check_name(name)
     if app.decide is None:
         raise ApiError(

@@ -37,7 +37,7 @@ def page() -> FileResponse:
     return FileResponse(STATIC / "index.html", media_type="text/html", headers=NO_CACHE)
 
 
-@router.get("/ui/specs", dependencies=[Depends(require_token)])
+@router.get("/ui/specs", dependencies=[Depends(require_token)], summary="Sample specs")
 def sample_specs() -> dict[str, Any]:
     """The sample run specs in `specs/*.json`, for the submit form's menu."""
     samples = []

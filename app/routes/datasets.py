@@ -127,6 +127,7 @@ UPLOAD_ERRORS: dict[int | str, dict[str, Any]] = {
 
 @router.put(
     "/datasets/{name}",
+    summary="Push a data set",
     status_code=201,
     response_model=Pushed,
     openapi_extra=UPLOAD_BODY,
@@ -236,14 +237,14 @@ def _check_room(request: Request, data_dir: Path, min_free: int) -> None:
         )
 
 
-@router.get("/datasets", response_model=DatasetList)
+@router.get("/datasets", response_model=DatasetList, summary="List data sets")
 def list_datasets(app: Annotated[AppState, Depends(state)]) -> DatasetList:
     """Every data set (name, sha256, files, sizes, created at and by) and the API's DATA_DIR."""
     data_dir = app.settings.data_dir
     return DatasetList(datasets=datasets.list_all(data_dir), data_dir=str(data_dir))
 
 
-@router.get("/datasets/{name}", response_model=DatasetShow)
+@router.get("/datasets/{name}", response_model=DatasetShow, summary="Show a data set")
 def show_dataset(name: str, app: Annotated[AppState, Depends(state)]) -> DatasetShow:
     """What a dry corpus build would read from data set `name`: files, rows, families, worlds,
     malformed lines, the sources a spec can name; reading stops at a bound and says so."""
@@ -252,7 +253,7 @@ def show_dataset(name: str, app: Annotated[AppState, Depends(state)]) -> Dataset
     return show(datasets.folder_of(data_dir, name), meta)
 
 
-@router.delete("/datasets/{name}", response_model=DatasetMeta)
+@router.delete("/datasets/{name}", response_model=DatasetMeta, summary="Delete a data set")
 def delete_dataset(
     name: str,
     app: Annotated[AppState, Depends(state)],

@@ -180,18 +180,25 @@ def _event_id(value: str, field: str) -> int:
     return int(text)
 
 
-@router.get("/runs/{run_id}/events", response_class=EventStream)
+@router.get("/runs/{run_id}/events", response_class=EventStream, summary="Follow a run's events")
 async def run_events(
     run_id: str,
     app: Annotated[AppState, Depends(state)],
-    after: Annotated[int | None, Query(ge=0, le=MAX_EVENT_ID)] = None,
-    tail: Annotated[int | None, Query(ge=0, le=TAIL_MAX)] = None,
-    last_event_id: Annotated[str | None, Header()] = None,
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_EVENT_ID, description="start after this event id")
+    ] = None,
+    tail: Annotated[
+        int | None, Query(ge=0, le=TAIL_MAX, description="start at the run's last N events")
+    ] = None,
+    last_event_id: Annotated[
+        str | None, Header(description="a reconnecting client's last event id: resume after it")
+    ] = None,
 ) -> EventStream:
     """Server-sent events: every event of the run after `Last-Event-ID` (or `?after=`), or only
     its last `?tail=N` stored ones (the dashboard's first connection), then live ones, with a
     keep-alive comment; the stream ends after the terminal `status` event (for a run with a
-    webhook: after the delivery attempt that settles it, see `_End`)."""
+    webhook: after the delivery attempt that settles it). Event types: `status`, `card`, `metric`,
+    `log`, `ledger`; no gap and no duplicate across reconnects."""
     after_id = after
     if last_event_id is not None and last_event_id.strip():
         after_id = max(after or 0, _event_id(last_event_id, "Last-Event-ID"))
@@ -207,13 +214,16 @@ def card_of(run: Run) -> Card:
     return Card(**{k: v for k, v in data.items() if k in Card.model_fields})
 
 
-@router.get("/runs/{run_id}/card", response_model=Card)
+@router.get("/runs/{run_id}/card", response_model=Card, summary="A run's card")
 def run_card(
     run_id: str,
     db: Annotated[Session, Depends(session)],
-    format: Annotated[str, Query(pattern="^(json|text)$")] = "json",
+    format: Annotated[
+        str, Query(pattern="^(json|text)$", description="`text`: the fixed-width box")
+    ] = "json",
 ) -> Any:
-    """The latest status card: JSON, or `?format=text` for the fixed-width box."""
+    """The latest status card (what `trm show` and `trm watch` print): status, stage, progress,
+    ETA, best anchor score, RAM; JSON, or `?format=text` for the fixed-width box."""
     card = card_of(get_run(db, run_id))
     if format == "text":
         return PlainTextResponse(render_text(card) + "\n")

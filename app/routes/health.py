@@ -25,8 +25,10 @@ from core.settings import Settings
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
+@router.get("/healthz", summary="Liveness")
 def healthz() -> dict[str, str]:
+    """`{"status": "ok"}` while the API process answers (and `instance`, the id `trm up` gave
+    it); the one route that needs no token."""
     # `trm up` names its API with a fresh id, so it knows the answer is its own process and
     # not another service that already held the port.
     instance = os.environ.get("TRM_INSTANCE_ID")
@@ -75,8 +77,11 @@ def disk_space(settings: Settings) -> dict[str, Any]:
     }
 
 
-@router.get("/readyz", dependencies=[Depends(require_token)])
+@router.get("/readyz", dependencies=[Depends(require_token)], summary="Readiness")
 async def readyz(app: Annotated[AppState, Depends(state)]) -> JSONResponse:
+    """Whether the API can take runs: the database, Redis, the workers alive and the free disk
+    (`checks`); 503 when the database or Redis does not answer or a disk is under
+    `TRM_MIN_FREE_BYTES`."""
     checks: dict[str, Any] = {}
     try:
         db = await run_in_threadpool(_database, app)
@@ -108,9 +113,15 @@ def _counts(app: AppState) -> tuple[dict[str, int], int]:
     return {status: int(n) for status, n in rows}, int(workers)
 
 
-@router.get("/metrics", response_class=PlainTextResponse, dependencies=[Depends(require_token)])
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    dependencies=[Depends(require_token)],
+    summary="Prometheus metrics",
+)
 async def metrics(app: Annotated[AppState, Depends(state)]) -> PlainTextResponse:
-    """Prometheus text format."""
+    """Prometheus text format: runs by status, workers alive, the database up, each queue's
+    depth, open SSE streams."""
     lines = []
     try:
         by_status, workers = await run_in_threadpool(_counts, app)

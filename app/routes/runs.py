@@ -96,6 +96,7 @@ def accepted(run: Run, created: bool, extra: dict[str, Any] | None = None) -> JS
 
 @router.post(
     "/runs",
+    summary="Submit a run",
     status_code=202,
     response_model=RunOut,
     openapi_extra=SPEC_BODY,
@@ -104,10 +105,24 @@ def accepted(run: Run, created: bool, extra: dict[str, Any] | None = None) -> JS
 async def submit_run(
     request: Request,
     app: Annotated[AppState, Depends(state)],
-    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
-    format: Annotated[str | None, Query(pattern="^(trm|skill)$")] = None,
+    idempotency_key: Annotated[
+        str | None,
+        Header(max_length=200, description="the same key and body give back the same run"),
+    ] = None,
+    format: Annotated[
+        str | None,
+        Query(
+            pattern="^(trm|skill)$",
+            description="`skill`: the body is one of the skill's own spec files, translated "
+            "(the answer carries `warnings` and `translated_spec`)",
+        ),
+    ] = None,
 ) -> JSONResponse:
-    """Queue a run. Same `Idempotency-Key` and body: the same run; another body: 409."""
+    """Queue a run of any kind (`train`, `bench`, `hillclimb`, `selftest`): the body is a run
+    spec ([spec fields](specs.md)), validated and recorded, then put on its queue; the answer is
+    the run (202, `Location: /runs/{id}`). Same `Idempotency-Key` and body: the same run
+    (header `Idempotent-Replayed: true`); another body: 409. Limits over this server's
+    settings are a 422 naming the field."""
     body = parse_json(await request.body())
     if format == "skill":
         from core.translate import error_details, translate_skill_spec
@@ -123,7 +138,7 @@ async def submit_run(
     return accepted(*await accept_run(app, body, idempotency_key))
 
 
-@router.get("/runs", response_model=RunList)
+@router.get("/runs", response_model=RunList, summary="List runs")
 def list_runs(
     db: Annotated[Session, Depends(session)],
     kind: str | None = None,
@@ -132,26 +147,39 @@ def list_runs(
     cursor: str | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> RunList:
+    """Runs, newest first, with their status, card line and `best_anchor`. Filters: `kind`
+    (`train`, `bench`, `hillclimb`, `selftest`), `status` (`queued`, `running`, `completed`,
+    ...), `parent` (a hill-climb's candidates); `limit` runs a page, and `cursor` (a page's
+    `next_cursor`) continues after it."""
     rows, next_cursor = run_ops.list_runs(db, kind, status, parent, cursor, limit)
     return RunList(runs=[RunOut.of(r) for r in rows], next_cursor=next_cursor)
 
 
-@router.get("/runs/{run_id}", response_model=RunOut)
+@router.get("/runs/{run_id}", response_model=RunOut, summary="Show a run")
 def show_run(run_id: str, db: Annotated[Session, Depends(session)]) -> RunOut:
+    """One run in full: its spec, status, attempts, card, usage, failure (class and reason)
+    and each stage with its status and manifest."""
     run = run_ops.get_run(db, run_id)
     return RunOut.of(run, full=True, stages=run_ops.run_stages(db, run_id))
 
 
 @router.post(
     "/runs/{run_id}/cancel",
+    summary="Cancel a run",
     status_code=202,
     response_model=RunOut,
     responses={409: {"model": ErrorOut}},
 )
 def cancel_run(run_id: str, app: Annotated[AppState, Depends(state)]) -> RunOut:
+    """Cancel a queued or running run: a running stage's child is stopped within seconds
+    (SIGTERM, then SIGKILL after `TRM_CANCEL_GRACE_S`) and the run ends `cancelled`. A run
+    that has already ended is a 409."""
     return RunOut.of(run_ops.cancel_run(app.publisher, run_id))
 
 
-@router.get("/runs/{run_id}/ledger", response_model=LedgerOut)
+@router.get("/runs/{run_id}/ledger", response_model=LedgerOut, summary="A hill-climb's ledger")
 def run_ledger(run_id: str, db: Annotated[Session, Depends(session)]) -> LedgerOut:
+    """Every ledger entry of a hill-climb, in order: each candidate's knobs and their change,
+    rung, run, train and anchor scores, gap, the untrained score, `reused_from`, and the
+    decision taken on it with its reason."""
     return LedgerOut.of(run_id, run_ops.ledger(db, run_id))

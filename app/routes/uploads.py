@@ -201,7 +201,12 @@ def _too_large(path: str, size: int, limit: int) -> ApiError:
     )
 
 
-@router.put("/runs/{run_id}/artifacts/{path:path}", status_code=201, response_model=UploadOut)
+@router.put(
+    "/runs/{run_id}/artifacts/{path:path}",
+    summary="Upload a run's file (workers)",
+    status_code=201,
+    response_model=UploadOut,
+)
 async def upload_artifact(
     run_id: str,
     path: str,
@@ -212,7 +217,10 @@ async def upload_artifact(
     x_upload_key: Annotated[str | None, Header(max_length=200)] = None,
     x_lease_token: Annotated[str | None, Header(max_length=20)] = None,
 ) -> UploadOut:
-    """Store one file of run `run_id` (201); a body whose sha256 differs from the header: 422."""
+    """Store one file of run `run_id` (201): the channel of a worker on another host
+    (`TRM_ARTIFACT_UPLOAD_URL`), never a client's. Only the worker holding the run's lease
+    (`X-Upload-Key`, `X-Lease-Token`), only while it runs, only an output of its current stage;
+    a body whose sha256 differs from `X-Content-SHA256` is a 422."""
     _run, stage, outputs = await run_in_threadpool(
         _allowed, db, run_id, x_upload_key, x_lease_token
     )

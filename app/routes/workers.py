@@ -62,11 +62,12 @@ def worker_out(
     )
 
 
-@router.get("/workers", response_model=WorkerList)
+@router.get("/workers", response_model=WorkerList, summary="List workers")
 def list_workers(
     app: Annotated[AppState, Depends(state)], db: Annotated[Session, Depends(session)]
 ) -> WorkerList:
-    """Every registered worker, newest heartbeat first; `alive` counts the fresh ones."""
+    """Every registered worker, newest heartbeat first: its queues, GPU name and memory, the
+    run it works on; `alive` counts those whose heartbeat is fresh (`TRM_STALE_AFTER_S`)."""
     now = utcnow()
     stale = app.settings.stale_after_s
     rows = db.exec(select(WorkerRecord).order_by(col(WorkerRecord.heartbeat_at).desc())).all()
