@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from app.cli.runs import _fail, add_url
+from app.cli.server import add_fd
 from app.client import ApiCallError, Client
 from core.card import printable
 from core.settings import Settings
@@ -115,6 +116,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--host", default=None, help="its interface (default: TRM_API_HOST or 127.0.0.1)"
     )
     p.add_argument("--port", type=int, default=None, help="its port (default: TRM_DECIDE_PORT)")
+    add_fd(p)
     p.set_defaults(func=cmd_decide_server)
 
 
@@ -245,7 +247,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
 def cmd_decide_server(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from app.cli.server import _logging, _refuse_unmigrated
+    from app.cli.server import _logging, _refuse_unmigrated, bind_args
     from core.settings import get_settings
 
     _logging()
@@ -257,8 +259,7 @@ def cmd_decide_server(args: argparse.Namespace) -> int:
     print(f"trm decide-server: on http://{host}:{port}", file=sys.stderr, flush=True)
     uvicorn.run(
         decide_app(settings, host),
-        host=host,
-        port=port,
+        **bind_args(host, port, args.fd),
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=3,

@@ -38,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--workers", type=int, default=1, help="API processes (uvicorn workers) (default: 1)"
     )
+    add_fd(serve)
     serve.set_defaults(func=cmd_serve)
     worker = sub.add_parser("worker", help="an arq worker")
     worker.add_argument(
@@ -51,6 +52,21 @@ def add_address(p: argparse.ArgumentParser, port_help: str) -> None:
         "--host", default=None, help="the API's interface (default: TRM_API_HOST or 127.0.0.1)"
     )
     p.add_argument("--port", type=int, default=None, help=port_help)
+
+
+def add_fd(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--fd",
+        type=int,
+        default=None,
+        help="serve on this inherited listening socket, as `trm up` hands over the port it "
+        "took (default: none, bind --host and --port)",
+    )
+
+
+def bind_args(host: str, port: int, fd: int | None) -> dict[str, Any]:
+    """uvicorn's address: an inherited socket when given one, else host and port."""
+    return {"fd": fd} if fd is not None else {"host": host, "port": port}
 
 
 def _logging() -> None:
@@ -85,8 +101,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     uvicorn.run(
         "app.main:create_app",
         factory=True,
-        host=host,
-        port=args.port or settings.api_port,
+        **bind_args(host, args.port or settings.api_port, args.fd),
         workers=args.workers,
         log_level="warning",
         access_log=False,
@@ -125,22 +140,21 @@ class PortInUse(RuntimeError):
     pass
 
 
-def port_is_free(host: str, port: int) -> bool:
-    """Whether the API could bind `host:port` now (as uvicorn binds: SO_REUSEADDR, so a port
-    only in TIME_WAIT counts as free)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound and listening on `host:port` (0: any free port), handed to a child
+    process (uvicorn's `fd`): holding it from the check to the child's serving leaves no moment
+    for another process to take the port. SO_REUSEADDR as uvicorn binds, so a port only in
+    TIME_WAIT counts as free."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
 
 
 STOP_GRACE_S = 30  # how long the API and the worker have, together, to stop on a SIGTERM
@@ -176,22 +190,40 @@ class LocalStack:
         self.env = {**os.environ, "TRM_INSTANCE_ID": self.instance}
         self.redis: Any = None
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.sockets: dict[str, socket.socket] = {}
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
     def pick_port(self) -> str | None:
-        """Check the port before starting anything; a note when another port was taken."""
-        if port_is_free(self.host, self.port):
+        """Take the API's port before starting anything; a note when another port was taken."""
+        try:
+            self.sockets["the API"] = listening_socket(self.host, self.port)
             return None
-        if self.asked_port:
-            raise PortInUse(
-                f"port {self.port} on {self.host} is in use by another process; "
-                "stop it or pick another --port"
-            )
-        busy, self.port = self.port, free_port(self.host)
+        except OSError:
+            if self.asked_port:
+                raise PortInUse(
+                    f"port {self.port} on {self.host} is in use by another process; "
+                    "stop it or pick another --port"
+                ) from None
+        self.sockets["the API"] = listening_socket(self.host, 0)
+        busy, self.port = self.port, int(self.sockets["the API"].getsockname()[1])
         return f"port {busy} is in use by another process; the API takes port {self.port}"
+
+    def _spawn(self, name: str, argv: list[str], out: int | None) -> None:
+        """Start a child; one that serves gets its listening socket (`--fd`), which this
+        process then lets go of."""
+        sock = self.sockets.pop(name, None)
+        fds = () if sock is None else (sock.fileno(),)
+        extra = [] if sock is None else ["--fd", str(sock.fileno())]
+        try:
+            self.procs[name] = subprocess.Popen(
+                [*argv, *extra], env=self.env, stdout=out, stderr=out, pass_fds=fds
+            )
+        finally:
+            if sock is not None:
+                sock.close()
 
     def start(self, quiet: bool = False) -> str:
         note = self.pick_port()
@@ -207,24 +239,20 @@ class LocalStack:
         if not self.settings.decide_url:
             # The decision process (SPEC §12) on a port of its own; the API forwards to it.
             # Only the API calls it: it listens on the loopback whatever the API's interface.
-            port = self.settings.decide_port
-            port = port if port_is_free("127.0.0.1", port) else free_port("127.0.0.1")
+            try:
+                decider = listening_socket("127.0.0.1", self.settings.decide_port)
+            except OSError:
+                decider = listening_socket("127.0.0.1", 0)
+            port = int(decider.getsockname()[1])
+            self.sockets["the decision process"] = decider
             self.env["TRM_DECIDE_URL"] = f"http://127.0.0.1:{port}"
-            self.procs["the decision process"] = subprocess.Popen(
+            self._spawn(
+                "the decision process",
                 [*cli, "decide-server", "--host", "127.0.0.1", "--port", str(port)],
-                env=self.env,
-                stdout=out,
-                stderr=out,
+                out,
             )
-        self.procs["the API"] = subprocess.Popen(
-            [*cli, "serve", "--host", self.host, "--port", str(self.port)],
-            env=self.env,
-            stdout=out,
-            stderr=out,
-        )
-        self.procs["the worker"] = subprocess.Popen(
-            [*cli, "worker", "--queues", "gpu,cpu"], env=self.env, stdout=out, stderr=out
-        )
+        self._spawn("the API", [*cli, "serve", "--host", self.host, "--port", str(self.port)], out)
+        self._spawn("the worker", [*cli, "worker", "--queues", "gpu,cpu"], out)
         self._wait_healthy()
         return self.url
 
@@ -268,6 +296,9 @@ class LocalStack:
         """Idempotent; a second Ctrl-C while stopping does not cut it short."""
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for sock in self.sockets.values():  # taken, but start() failed before handing it over
+            sock.close()
+        self.sockets.clear()
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)

@@ -103,7 +103,8 @@ def test_up_refuses_a_port_another_service_holds_and_talks_to_it_not_at_all(
 def test_up_takes_a_free_port_says_which_and_stops_its_redis_on_sigint(
     tmp_path: Path, impostor: Impostor
 ) -> None:
-    env = own_env(tmp_path, TRM_API_PORT=str(impostor.port))
+    # The other service holds the decision process's port too: that one also goes elsewhere.
+    env = own_env(tmp_path, TRM_API_PORT=str(impostor.port), TRM_DECIDE_PORT=str(impostor.port))
     log = tmp_path / "up.log"
     with open(log, "w") as sink:
         up = subprocess.Popen(
