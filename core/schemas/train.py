@@ -44,9 +44,11 @@ class TrmTrainerConfig(StrictModel):
     halt_weight: float = Field(default=0.5, ge=0, le=10)
     # Share of the features removed from each training row (all its candidates alike).
     feature_dropout: float = Field(default=0.0, ge=0, lt=1)
-    # Which val figure picks the epoch kept: `accuracy` (ties: the lower loss), or `loss` where
-    # the score is a ranking across rows (a router swept by threshold), not the pick of each.
-    select_by: Literal["accuracy", "loss"] = "accuracy"
+    # Which val figure picks the epoch kept: `accuracy` (ties: the lower loss); where the score
+    # is a ranking across rows (a router swept by threshold), not the pick of each, `auc` (per
+    # row, the share of the labelled candidate's wrong instances in other rows it outscores: for
+    # two candidates the ROC AUC; ties: the lower loss) or `loss`.
+    select_by: Literal["accuracy", "loss", "auc"] = "accuracy"
     # How long context texts are read: `tokens`, as words; `smollm2`, also by the frozen
     # SmolLM2-135M as a sentence encoder (`E:` features: worker/models/sentence.py).
     text_encoder: TextEncoder = "tokens"

@@ -10,8 +10,9 @@ selection and checkpoints.
   optimizer update.
 - **Model selection on val**: the weights are averaged as training goes (the paper's EMA);
   after every epoch the average's val accuracy (with halting, as the policy answers; ties go
-  to the lower val loss); the best epoch's average is kept and written, and training stops
-  after `patience` epochs without a better one. The anchors are never looked at.
+  to the lower val loss), or its val loss or ranking AUC (`select_by`); the best epoch's average
+  is kept and written, and training stops after `patience` epochs without a better one. The
+  anchors are never looked at.
 - **Checkpoints** (`checkpoints/step-NNNNNN/`: the current, averaged and best weights, the
   features, the optimizer, the RNG) every `checkpoint_every` batches and on a stop; `train()`
   resumes from the newest. The data order is a function of (seed, epoch), so a resumed run takes
@@ -23,11 +24,14 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
@@ -115,6 +119,40 @@ class Ema:
             self.weights[k].lerp_(v.detach(), 1 - decay)
 
 
+@dataclass
+class ValScore:
+    """One pass over val rows as the policy answers (halting included): top-1 accuracy, mean
+    cross-entropy, and the ranking AUC (`ranking_auc`; None where no candidate is ever wrong)."""
+
+    accuracy: float
+    loss: float
+    auc: float | None
+
+
+def ranking_auc(
+    tools: list[list[str]], targets: list[int], scores: list[list[float]]
+) -> float | None:
+    """Per row, the share of the labelled candidate's wrong instances (the same candidate in the
+    rows where it is not the answer) that its score, as a row's log-probability, outscores (ties
+    half); the mean over rows. A pairwise AUC across rows: for two candidates (a router's weak
+    and strong) it is the ROC AUC of the strong candidate's score, what a threshold sweep sees.
+    Rows whose candidate is never wrong elsewhere are left out; None when that is all of them."""
+    offered: dict[str, list[tuple[float, bool]]] = defaultdict(list)
+    for names, target, row in zip(tools, targets, scores, strict=True):
+        for j, name in enumerate(names):
+            offered[name].append((row[j], j == target))
+    shares: list[np.ndarray] = []
+    for seen in offered.values():
+        wrong = np.sort(np.array([s for s, right in seen if not right]))
+        right = np.array([s for s, ok in seen if ok])
+        if not len(wrong) or not len(right):
+            continue
+        below = np.searchsorted(wrong, right, "left")
+        ties = np.searchsorted(wrong, right, "right") - below
+        shares.append((below + ties / 2) / len(wrong))
+    return float(np.concatenate(shares).mean()) if shares else None
+
+
 @torch.no_grad()
 def evaluate(
     model: TinyRecursiveModel,
@@ -122,13 +160,14 @@ def evaluate(
     steps: int,
     device: torch.device,
     progress: Callable[[int, int], None] | None = None,
-) -> tuple[float, float]:
-    """(top-1 accuracy, mean cross-entropy) as the policy answers (halting included);
-    `progress(rows done, rows)` from 0 to the end."""
+) -> ValScore:
+    """`data` scored as the policy answers (halting included); `progress(rows done, rows)` from
+    0 to the end."""
     if not len(data):
-        return 0.0, 0.0
+        return ValScore(0.0, 0.0, None)
     model.eval()
     right, loss = 0, 0.0
+    logps: list[list[float]] = []
     for start in range(0, len(data), 256):
         if progress:
             progress(start, len(data))
@@ -136,10 +175,14 @@ def evaluate(
         scores = model.infer(b["x"], b["mask"], steps)
         right += int((scores.argmax(-1) == b["target"]).sum())
         loss += float(F.cross_entropy(scores, b["target"], reduction="sum"))
+        logps += scores.log_softmax(-1).cpu().tolist()
     if progress:
         progress(len(data), len(data))
     model.train()
-    return right / len(data), loss / len(data)
+    tools = [list(r["tools"]) for r in data.rows]
+    targets = [int(t) for t in data.target]
+    auc = ranking_auc(tools, targets, [p[: len(t)] for p, t in zip(logps, tools, strict=True)])
+    return ValScore(right / len(data), loss / len(data), auc)
 
 
 def accuracy(
@@ -149,7 +192,7 @@ def accuracy(
     device: torch.device,
     progress: Callable[[int, int], None] | None = None,
 ) -> float:
-    return evaluate(model, data, steps, device, progress)[0]
+    return evaluate(model, data, steps, device, progress).accuracy
 
 
 def train(
@@ -195,9 +238,10 @@ def _train(
     rows = read_rows(corpus_dir / TRAIN_ROWS)
     if not rows:
         raise StageFailure(
-            "bad_input", f"{corpus_dir / TRAIN_ROWS} has no rows: check the corpus sources and "
+            "bad_input",
+            f"{corpus_dir / TRAIN_ROWS} has no rows: check the corpus sources and "
             "corpus/manifest.json (rows left out and why)",
-        )  # fmt: skip
+        )
     val_rows = read_rows(corpus_dir / VAL_ROWS)
     fingerprint = checkpoints.fingerprint(
         {**cfg, "seed": seed}, RESUMABLE_CHANGES, [corpus_dir / TRAIN_ROWS, corpus_dir / VAL_ROWS]
@@ -215,8 +259,12 @@ def _train(
     steps_per_epoch = math.ceil(len(data) / per_step)
     total = 1 if probe else cfg["max_steps"] or int(cfg["epochs"]) * steps_per_epoch
     sup = 1 if probe else int(cfg["supervision_steps"])
-    meta: dict[str, Any] = {"config": cfg, "seed": seed, "total_steps": total,
-                            "features": len(space.names)}  # fmt: skip
+    meta: dict[str, Any] = {
+        "config": cfg,
+        "seed": seed,
+        "total_steps": total,
+        "features": len(space.names),
+    }
 
     torch.manual_seed(seed)
     model = build(space, cfg).to(device)
@@ -252,8 +300,12 @@ def _train(
             save_file(ema.weights, str(folder / EMA_WEIGHTS))
 
         kept = {k: v for k, v in best.items() if k != "state"}
-        extra = {"loss": last_loss, "fingerprint": fingerprint, "best": kept,
-                 "ema_updates": ema.updates}  # fmt: skip
+        extra = {
+            "loss": last_loss,
+            "fingerprint": fingerprint,
+            "best": kept,
+            "ema_updates": ema.updates,
+        }
         path = checkpoints.save(out_dir, at, write, optimizer, None, extra)
         callbacks.on_checkpoint(at, path)
 
@@ -272,31 +324,41 @@ def _train(
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
         chunks = [data.batch(chunk, device) for chunk in idx.split(micro)]
-        last_loss = supervised_batch(model, chunks, optimizer, sup, float(cfg["halt_weight"]),
-                                     float(cfg["feature_dropout"]))  # fmt: skip
+        last_loss = supervised_batch(
+            model, chunks, optimizer, sup, float(cfg["halt_weight"]), float(cfg["feature_dropout"])
+        )
         ema.update(model)
         rss.sample()
         step += 1
         rows_done += len(idx)
         candidates_done += data.candidates(idx)
         rate = candidates_done / max(time.perf_counter() - started, 1e-9)
-        callbacks.on_step(step, total, loss=round(last_loss, 5), lr=lr_at(step - 1),
-                          tokens_per_s=round(rate, 1), tokens_trained=candidates_done)  # fmt: skip
+        callbacks.on_step(
+            step,
+            total,
+            loss=round(last_loss, 5),
+            lr=lr_at(step - 1),
+            tokens_per_s=round(rate, 1),
+            tokens_trained=candidates_done,
+        )
         epoch_end = step % steps_per_epoch == 0 or step == total
         since = 0
         if epoch_end:
-            since = _select(model, ema, val, sup, device, best, epoch, callbacks, step,
-                            cfg["select_by"])  # fmt: skip
+            since = _select(
+                model, ema, val, sup, device, best, epoch, callbacks, step, cfg["select_by"]
+            )
         if since >= cfg["patience"]:
-            break  # early stopping: no better val accuracy for `patience` epochs
+            break  # early stopping: no better val figure for `patience` epochs
         if not probe and step % int(cfg["checkpoint_every"]) == 0 and step < total:
             checkpoint(step)
     if not probe:
         checkpoint(step)  # on a stop, and at the end: a re-run resumes instead of retraining
     model.load_state_dict(best["state"] if best["state"] is not None else ema.weights)
     eval_pass = partial(callbacks.on_pass, "eval")  # the card shows `eval rows/rows`
-    metrics = {"val_accuracy": accuracy(model, val, sup, device, eval_pass) if len(val) else None,
-               "train_accuracy": accuracy(model, data, sup, device, eval_pass)}  # fmt: skip
+    metrics = {
+        "val_accuracy": accuracy(model, val, sup, device, eval_pass) if len(val) else None,
+        "train_accuracy": accuracy(model, data, sup, device, eval_pass),
+    }
     meta.update(steps=step, final_loss=last_loss, best_epoch=best["epoch"], eval=metrics)
     artifacts = save_model(out_dir, model, space, meta)
     return {
@@ -334,25 +396,31 @@ def _select(
     step: int,
     select_by: str = "accuracy",
 ) -> int:
-    """End of an epoch: keep the averaged weights when their val accuracy beats the best so far,
-    or equals it at a lower val loss (a few hundred val rows make accuracy coarse: ties are
-    common, and the first of them is often an undertrained epoch). With no val split every
-    epoch is kept: the last one wins. `select_by="loss"`: the lowest val loss wins. Epochs since
-    the best."""
+    """End of an epoch: keep the averaged weights when their val figure beats the best so far.
+    `select_by="accuracy"`: the higher val accuracy, or the same at a lower val loss (a few
+    hundred val rows make accuracy coarse: ties are common, and the first of them is often an
+    undertrained epoch). `"loss"`: the lower val loss. `"auc"`: the higher ranking AUC
+    (`ranking_auc`), ties to the lower loss; by accuracy where the AUC has no pairs. With no
+    val split every epoch is kept: the last one wins. Epochs since the best."""
     training = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
     model.load_state_dict(ema.weights)
     eval_pass = partial(callbacks.on_pass, "eval")
-    score, loss = evaluate(model, val, steps, device, eval_pass) if len(val) else (None, None)
+    got = evaluate(model, val, steps, device, eval_pass) if len(val) else None
     model.load_state_dict(training)
-    callbacks.on_eval(step, epoch=epoch, val_accuracy=score, val_loss=loss)
+    score, loss = (got.accuracy, got.loss) if got else (None, None)
+    auc = got.auc if got else None
+    callbacks.on_eval(step, epoch=epoch, val_accuracy=score, val_loss=loss, val_auc=auc)
     lower = loss is not None and loss < (best.get("loss") or math.inf)
     if select_by == "loss" and loss is not None:
         better = lower
+    elif select_by == "auc" and auc is not None:
+        top = best.get("auc")
+        better = top is None or auc > top or (auc == top and lower)
     else:
         better = score is None or score > best["accuracy"] or (score == best["accuracy"] and lower)
     if better:
-        best.update(accuracy=score if score is not None else -1.0, loss=loss, epoch=epoch,
-                    since=0)  # fmt: skip
+        kept = score if score is not None else -1.0
+        best.update(accuracy=kept, loss=loss, auc=auc, epoch=epoch, since=0)
         best["state"] = {k: v.clone() for k, v in ema.weights.items()}
     else:
         best["since"] += 1
