@@ -8,6 +8,7 @@ got the one refusal that does not say whether it exists.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,13 @@ from core.db import get_engine
 from core.errors import ApiError
 from core.models import Controller, Run
 from core.paths import BENCH_REF, confine, spec_path_fields
+from core.schemas.puzzles import (
+    PUZZLE_META,
+    SUBMIT_FLOPS_PER_S,
+    GridTrainerConfig,
+    grid_refusal,
+    puzzle_shape,
+)
 from core.settings import Settings
 
 HOW_TO_PASS_A_ROUTER = (
@@ -153,8 +161,37 @@ def check_controllers(resolved: dict[str, Any], settings: Settings) -> None:
                 )
 
 
+def check_puzzles(resolved: dict[str, Any], settings: Settings) -> None:
+    """A trm_grid run: each source folder holds a puzzle set, and the work its knobs ask for on
+    those puzzles fits TRM_MAX_SECONDS (unless a budget stops it in time) on the fastest device
+    a worker may have; the worker checks again at its own device's rate."""
+    if resolved.get("kind") != "train" or resolved.get("trainer") != "trm_grid":
+        return
+    cells, vocab = 0, 0
+    for i, source in enumerate(resolved["corpus"]["sources"]):
+        field = f"corpus.sources[{i}].path"
+        meta_path = Path(source["path"]) / PUZZLE_META
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            shape = puzzle_shape(meta)
+        except (OSError, ValueError, KeyError, TypeError):
+            raise _refuse(
+                field,
+                f"{source['path']} holds no puzzle set ({PUZZLE_META}); write one with `trm envs "
+                "generate --families sudoku --out DIR` (or maze) under TRM_DATA_DIR",
+            ) from None
+        cells, vocab = max(cells, shape[0]), max(vocab, shape[1])
+    if (resolved.get("budget") or {}).get("max_seconds") is not None:
+        return
+    config = GridTrainerConfig.model_validate(resolved.get("trm_grid") or {})
+    refusal = grid_refusal(config, cells, vocab, settings.max_seconds, SUBMIT_FLOPS_PER_S)
+    if refusal:
+        raise _refuse(*refusal)
+
+
 def check_submit(resolved: dict[str, Any], settings: Settings, dry_run: bool) -> None:
     """The 422 of the first thing a run would miss; nothing when all is there."""
     check_data_paths(resolved, settings.data_dir)
     check_bench(resolved, settings, dry_run)
     check_controllers(resolved, settings)
+    check_puzzles(resolved, settings)

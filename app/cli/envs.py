@@ -1,16 +1,21 @@
 """`trm envs`: the controller environments (SPEC §5): list the families, generate play logs,
-materialize a shipped bench's data."""
+materialize a shipped bench's data. The whole-answer puzzle families (`sudoku`, `maze`:
+worker/puzzles/) are listed and generated here too: a puzzle set per family, for a `puzzles`
+corpus source of a `trm_grid` train run."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 # Kept here (not imported from worker.envs) so `trm --help` does not load the environments.
 FAMILY_NAMES = ("route", "grid", "rebalance", "schedule", "verify")
+PUZZLE_NAMES = ("sudoku", "maze")
 FORMAT_NAMES = ("trm_play_root", "router_jsonl", "reasoning_trace")
 
 
@@ -30,7 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--families",
         type=_families,
         default=list(FAMILY_NAMES),
-        help=f"comma-separated, from {','.join(FAMILY_NAMES)} (default: all)",
+        help=f"comma-separated, from {','.join(FAMILY_NAMES)} (default: all), or the "
+        f"puzzle families {','.join(PUZZLE_NAMES)} (a puzzle set each, in OUT/<family>/)",
     )
     gen.add_argument("--worlds", type=_positive, default=4, help="worlds per family (default 4)")
     gen.add_argument(
@@ -53,6 +59,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     gen.add_argument(
         "--force", action="store_true", help="replace data generated there before (default: off)"
     )
+    puzzles = gen.add_argument_group("puzzle families (sudoku, maze)")
+    puzzles.add_argument("--count", type=_positive, default=200, help="puzzles (default 200)")
+    puzzles.add_argument("--side", type=int, help="sudoku 4, 6 or 9 (default 9); maze 4-64 (30)")
+    puzzles.add_argument("--givens", type=int, help="sudoku: dig down to this many givens")
+    puzzles.add_argument(
+        "--technique", choices=("singles", "search", "any"), help="sudoku: what it must need"
+    )
+    puzzles.add_argument("--wall-share", type=_share, help="maze: share of cells that are walls")
+    puzzles.add_argument("--min-path", type=int, help="maze: shortest path of at least this")
+    puzzles.add_argument("--style", choices=("random", "carved"), help="maze: how walls are laid")
     gen.set_defaults(func=generate_logs)
 
     bench = verbs.add_parser("bench", help="generate a shipped bench's data into DATA_DIR (once)")
@@ -63,14 +79,63 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def list_families(args: argparse.Namespace) -> int:
     from worker.envs.families import SUMMARIES
+    from worker.puzzles import PUZZLES
 
-    width = max(len(name) for name in SUMMARIES)
+    width = max(len(name) for name in [*SUMMARIES, *PUZZLES])
     for name, summary in SUMMARIES.items():
         print(f"{name:<{width}}  {summary}")
+    print("whole-answer puzzles (a puzzle set for trainer trm_grid):")
+    for name, family in PUZZLES.items():
+        print(f"{name:<{width}}  {family.summary}")
     return 0
 
 
 def generate_logs(args: argparse.Namespace) -> int:
+    puzzles = [name for name in args.families if name in PUZZLE_NAMES]
+    args.families = [name for name in args.families if name not in PUZZLE_NAMES]
+    for family in puzzles:
+        if (code := generate_puzzles(args, family)) != 0:
+            return code
+    return generate_play_logs(args) if args.families else 0
+
+
+def generate_puzzles(args: argparse.Namespace, family: str) -> int:
+    """A puzzle set in OUT/<family>/ (worker/puzzles/sets.py), every answer checked."""
+    from dataclasses import replace
+
+    from worker.puzzles import MazeParams, Params, SudokuParams, generate_set
+
+    def given(**asked: Any) -> dict[str, Any]:
+        return {k: v for k, v in asked.items() if v is not None}
+
+    params: Params
+    if family == "sudoku":
+        asked = given(side=args.side, givens=args.givens, technique=args.technique)
+        params = replace(SudokuParams(), **asked)
+        if params.side not in (4, 6, 9):
+            return _fail("--side: a sudoku is 4, 6 or 9 wide")
+    else:
+        asked = given(side=args.side, wall_share=args.wall_share, min_path=args.min_path,
+                      style=args.style)  # fmt: skip
+        params = replace(MazeParams(), **asked)
+        if not (4 <= params.side <= 64 and params.wall_share < 1):
+            return _fail("--side: 4..64 for a maze; --wall-share: under 1")
+    out = args.out / family
+    if (out / "puzzles.json").exists() and not args.force:
+        return _fail(f"--out: {out} already holds a puzzle set; pass --force to replace it")
+    started = time.monotonic()
+    try:
+        made = generate_set(family, params, args.count, args.seed)
+    except ValueError as exc:  # the generator found none of the asked kind
+        return _fail(f"{family}: {exc}")
+    made.save(out)
+    print(f"made {len(made)} {family} puzzles in {time.monotonic() - started:.1f}s ({params})")
+    source = json.dumps({"type": "puzzles", "name": family, "path": str(out)})
+    print(f"  {out}/puzzles.npz, puzzles.json: corpus source {source} (trainer trm_grid)")
+    return 0
+
+
+def generate_play_logs(args: argparse.Namespace) -> int:
     from worker.envs.generate import generate
 
     if "router_jsonl" in args.format and "route" not in args.families:
@@ -139,10 +204,9 @@ def _families(text: str) -> list[str]:
     if not names:
         raise argparse.ArgumentTypeError("give at least one family")
     for name in names:
-        if name not in FAMILY_NAMES:
-            raise argparse.ArgumentTypeError(
-                f"unknown family {name!r} (known: {', '.join(FAMILY_NAMES)})"
-            )
+        if name not in FAMILY_NAMES + PUZZLE_NAMES:
+            known = ", ".join(FAMILY_NAMES + PUZZLE_NAMES)
+            raise argparse.ArgumentTypeError(f"unknown family {name!r} (known: {known})")
     return list(dict.fromkeys(names))
 
 

@@ -33,10 +33,12 @@ from core.rundir import (
     write_json_atomic,
 )
 from core.schemas.corpus import CorpusSpec
+from core.schemas.puzzles import PUZZLE_ARRAYS, PUZZLE_META
 from core.schemas.train import QloraTrainerConfig, TrainEvaluateConfig, TrmTrainerConfig
 from core.settings import Settings
 from worker.context import StageContext, StageFailure
 from worker.corpus import CorpusInputError, build_corpus
+from worker.corpus.puzzles import build_puzzle_corpus
 from worker.evaluate import scorecard as sc
 from worker.evaluate.anchors import (
     anchor_rows,
@@ -87,9 +89,11 @@ def prepare_corpus(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     corpus = CorpusSpec.model_validate(spec["corpus"])
     out = ctx.run_dir / CORPUS
     try:
-        # The build reports the bytes of its sources read: the card says `2.1 MB/2.2 MB read`.
-        result = build_corpus(corpus, out, progress=lambda done, total: ctx.progress(
-            done, total, unit="bytes"))  # fmt: skip
+        if spec["trainer"] == "trm_grid":  # puzzle sets, not log rows (worker/corpus/puzzles.py)
+            result = build_puzzle_corpus(corpus, out)
+        else:  # the build reports the bytes of its sources read: `2.1 MB/2.2 MB read`
+            result = build_corpus(corpus, out, progress=lambda done, total: ctx.progress(
+                done, total, unit="bytes"))  # fmt: skip
     except CorpusInputError as exc:
         raise StageFailure("bad_input", str(exc)) from None
     # A decision_log source reads the database, not a file.
@@ -149,12 +153,14 @@ def prepare_config(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
 BATCH_KEYS = {"trm": ("batch_size", "grad_accum"), "qlora": ("micro_batch", "grad_accum")}
 SPEC_MODELS: dict[str, type[BaseModel]] = {"trm": TrmTrainerConfig, "qlora": QloraTrainerConfig}
 # The learning rate's key per trainer: a diverged run's refusal names it with its value.
-LR_KNOBS = {"trm": "lr", "qlora": "lr", "gbdt": "learning_rate"}
+LR_KNOBS = {"trm": "lr", "qlora": "lr", "gbdt": "learning_rate", "trm_grid": "lr"}
+PUZZLE_FILES = (PUZZLE_META, PUZZLE_ARRAYS)
 # The corpus files each trainer reads (recorded as the stage's inputs).
 CORPUS_FILES = {
     "trm": (TRAIN_ROWS, VAL_ROWS),
     "gbdt": (TRAIN_ROWS, VAL_ROWS),
     "qlora": (MESSAGES, MESSAGES_VAL),
+    "trm_grid": tuple(f"{split}/{name}" for split in ("train", "val") for name in PUZZLE_FILES),
 }
 
 
@@ -172,7 +178,13 @@ def trainer_function(name: str) -> Callable[..., dict[str, Any]]:
         from worker.train import qlora
 
         return qlora.train
-    raise StageFailure("bad_input", f"trainer: unknown trainer {name!r} (trm, gbdt or qlora)")
+    if name == "trm_grid":
+        from worker.train import trm_grid
+
+        return trm_grid.run
+    raise StageFailure(
+        "bad_input", f"trainer: unknown trainer {name!r} (trm, gbdt, qlora or trm_grid)"
+    )
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -243,8 +255,10 @@ def launch_trainer(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:
         if not is_oom(exc):
             raise
-        if not batch_key:  # no batches to halve (gbdt)
-            raise StageFailure("oom", f"{name} ran out of memory; train on fewer rows") from None
+        if not batch_key:  # no batches to halve (gbdt), or no accumulation to keep it (trm_grid)
+            grid = name == "trm_grid"
+            fix = "lower trm_grid.batch_size or hidden" if grid else "train on fewer rows"
+            raise StageFailure("oom", f"{name} ran out of memory; {fix}") from None
         micro, accum = int(config[batch_key]), int(config[accum_key])
         if micro <= 1:
             raise StageFailure(
@@ -333,6 +347,8 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     """The trained model on the corpus's train sample and anchors (worker/evaluate/anchors.py):
     writes scorecard.json and samples.jsonl (one row per anchor example)."""
     resolved = resolved_config(ctx.run_id, ctx.settings, spec)
+    if resolved["trainer"] == "trm_grid":
+        return evaluate_puzzles(ctx, spec, resolved)
     corpus_dir = Path(resolved["corpus_dir"])
     train_path = corpus_dir / TRAIN_ROWS
     if not train_path.exists():
@@ -387,6 +403,45 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def evaluate_puzzles(
+    ctx: StageContext, spec: dict[str, Any], resolved: dict[str, Any]
+) -> dict[str, Any]:
+    """A trm_grid run: exact answers and cells on the anchor puzzles, against the one-step
+    reference (worker/evaluate/puzzles.py)."""
+    from worker.evaluate.puzzles import evaluate_grid
+
+    corpus_dir, out_dir = Path(resolved["corpus_dir"]), Path(resolved["output_dir"])
+    launched = json.loads((ctx.run_dir / "launch_trainer" / MANIFEST).read_text(encoding="utf-8"))
+    sizes = TrainEvaluateConfig.model_validate(spec.get("evaluate") or {})
+    card, samples = evaluate_grid(
+        corpus_dir, out_dir, launched.get("result") or {}, seed=int(resolved["seed"] or 0),
+        train_sample=sizes.train_sample, probe=bool(resolved["probe"]),
+        should_stop=ctx.should_stop,
+        progress=lambda done, total: ctx.progress(done, total, unit="puzzles"),
+    )  # fmt: skip
+    card.update(run_id=ctx.run_id, trainer="trm_grid", corpus_hash=resolved["corpus_hash"])
+    write_json_atomic(ctx.run_dir / SCORECARD, card)
+    write_samples(ctx.run_dir / SAMPLES, samples)
+    ctx.inputs.extend(p for p in corpus_dir.glob("*/puzzles.*") if p.is_file())
+    ctx.outputs.extend([ctx.run_dir / SCORECARD, ctx.run_dir / SAMPLES])
+    ctx.counters["examples_scored"] = card["n"]["train"] + card["n"]["anchor"]
+    for note in card["notes"]:
+        ctx.note(note)
+    show_best(ctx.card, card)
+    ctx.progress(
+        1, 1, unit="puzzles", current_anchor=card["anchor_score"],
+        current_train=card["train_score"], current_gap=card["generalization_gap"],
+    )  # fmt: skip
+    one_step = (card["references"].get("one_step") or {}).get("anchor_score") or {}
+    return {
+        **sc.headline(card),
+        "anchor_split": "anchor",
+        "n": card["n"],
+        "cell_accuracy": card["cell_accuracy"],
+        "one_step_anchor_score": one_step.get("value"),
+    }
+
+
 def untrained_score(
     resolved: dict[str, Any], train_path: Path, anchors: list[dict[str, Any]]
 ) -> dict[str, Any] | None:
@@ -404,8 +459,9 @@ def untrained_score(
 def _plan_corpus(ctx: StageContext, spec: dict[str, Any]) -> tuple[str, int]:
     """Read and validate every source as the real build would, without writing the corpus;
     the manifest it would write goes to `corpus.plan.json`."""
+    build = build_puzzle_corpus if spec["trainer"] == "trm_grid" else build_corpus
     try:
-        result = build_corpus(
+        result = build(
             CorpusSpec.model_validate(spec["corpus"]), ctx.run_dir / CORPUS, dry_run=True
         )
     except CorpusInputError as exc:

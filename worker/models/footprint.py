@@ -48,6 +48,7 @@ from typing import Any
 import psutil
 
 from core.rundir import MESSAGES, TRAIN_ROWS
+from core.schemas.puzzles import PUZZLE_META, GridTrainerConfig, grid_work, puzzle_shape
 from core.schemas.train import (
     SPEED_MEMORY_MB,
     GbdtTrainerConfig,
@@ -141,6 +142,9 @@ def planned_steps(trainer: str, config: dict[str, Any], rows: int) -> tuple[int,
     if trainer == "gbdt":
         rounds = GbdtTrainerConfig.model_validate(config).n_estimators
         return rounds, f"gbdt.n_estimators={rounds} rounds"
+    if trainer == "trm_grid":
+        steps = GridTrainerConfig.model_validate(config).max_steps
+        return steps, f"trm_grid.max_steps={steps}"
     cfg = QloraTrainerConfig.model_validate(config)
     if cfg.max_steps:
         return cfg.max_steps, f"qlora.max_steps={cfg.max_steps}"
@@ -290,10 +294,33 @@ def qlora_footprint(
     return Footprint("qlora", steps, formula, sum(parts.values()), parts, {"rows": rows, **shape})
 
 
+def trm_grid_footprint(config: dict[str, Any], corpus_dir: Path, probe: bool) -> Footprint:
+    """The whole-answer trm: core/schemas/puzzles.py `grid_work`, on the train set's shape."""
+    cfg = GridTrainerConfig.model_validate(config)
+    if probe:
+        cfg = cfg.model_copy(update={"max_steps": 1})
+    meta = json.loads((corpus_dir / "train" / PUZZLE_META).read_text(encoding="utf-8"))
+    cells, vocab = puzzle_shape(meta)
+    work = grid_work(cfg, cells, vocab)
+    params = 4 * 6 * work.parameters
+    formula = f"trm_grid.max_steps={cfg.max_steps}" + (" (probe: one step)" if probe else "")
+    how = (
+        f"{work.step_flops:.3g} FLOPs a step (trm_grid.batch_size={cfg.batch_size} x {cells} "
+        f"cells, hidden={cfg.hidden}, n={cfg.n_recursions}, T={cfg.cycles})"
+    )
+    # The val points' work, spread over the steps so that steps x step_flops counts it too.
+    per_step = work.step_flops + work.eval_flops / max(1, cfg.max_steps)
+    parts = {"parameters x6": params, "activations and carry": work.bytes - params}
+    return Footprint("trm_grid", cfg.max_steps, formula, work.bytes, parts,
+                     {"cells": cells, "vocab": vocab}, per_step, how)  # fmt: skip
+
+
 # ---- the check -----------------------------------------------------------------------------
 def estimate(
     trainer: str, config: dict[str, Any], corpus_dir: Path, model_cache: Path, probe: bool = False
 ) -> Footprint:
+    if trainer == "trm_grid":
+        return trm_grid_footprint(config, corpus_dir, probe)
     if trainer == "qlora":
         return qlora_footprint(config, corpus_dir / MESSAGES, model_cache, probe)
     rows = read_rows(corpus_dir / TRAIN_ROWS)
@@ -310,6 +337,15 @@ def free_memory() -> tuple[int, str]:
         free, _total = torch.cuda.mem_get_info()
         return int(free), "free VRAM"
     return int(psutil.virtual_memory().available), "available RAM"
+
+
+# What lowers a trainer's work, named in a refusal.
+WORK_KNOBS = {
+    "trm": "trm.max_steps or trm.epochs, trm.supervision_steps, trm.hidden, trm.n_recursions, "
+    "trm.cycles or trm.batch_size",
+    "trm_grid": "trm_grid.max_steps, trm_grid.batch_size, trm_grid.hidden, "
+    "trm_grid.n_recursions, trm_grid.cycles or trm_grid.eval_puzzles",
+}
 
 
 def check(
@@ -339,9 +375,8 @@ def check(
                 f"{footprint.trainer} would take at least {seconds:.3g} s: {footprint.steps} "
                 f"steps ({footprint.steps_formula}) x {footprint.flops_formula}, at "
                 f"{FLOPS_PER_S[where]:.0e} FLOP/s on {where}; over this server's limit of "
-                f"{max_seconds:g} s (TRM_MAX_SECONDS); lower trm.max_steps or trm.epochs, "
-                f"trm.supervision_steps, trm.hidden, trm.n_recursions, trm.cycles or "
-                f"trm.batch_size, or set budget.max_seconds",
+                f"{max_seconds:g} s (TRM_MAX_SECONDS); lower {WORK_KNOBS[footprint.trainer]}, "
+                f"or set budget.max_seconds",
             )
     if footprint.bytes is None:
         return
@@ -351,6 +386,7 @@ def check(
             "trm": "trm.hidden, trm.n_recursions or trm.batch_size",
             "qlora": "qlora.micro_batch, qlora.max_seq_len or qlora.r",
             "gbdt": "the corpus (fewer rows or candidates)",
+            "trm_grid": "trm_grid.batch_size, trm_grid.hidden or trm_grid.n_recursions",
         }[footprint.trainer]
         raise StageFailure(
             "bad_input",

@@ -22,12 +22,11 @@ from typing import Literal
 import numpy as np
 
 from core.rundir import write_bytes_atomic, write_json_atomic
+from core.schemas.puzzles import PUZZLE_ARRAYS, PUZZLE_META
 from worker.envs.base import seeded_rng
 from worker.puzzles import augment, maze, sudoku
 
 Family = Literal["sudoku", "maze"]
-PUZZLE_ARRAYS = "puzzles.npz"
-PUZZLE_META = "puzzles.json"
 
 
 @dataclass(frozen=True, slots=True)

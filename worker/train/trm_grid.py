@@ -17,6 +17,9 @@ Read top to bottom: scoring, the carry of puzzles in flight, `train()`.
   the best is kept. `callbacks.on_eval` gets each point: the learning curve.
 - **Stop**: `max_steps`, `callbacks.should_stop()` (cancel, budget) or `max_seconds` here
   (wall time, the val points included: `eval_seconds` says how much of it they took).
+- **In the service**: `run()` is the `trm_grid` trainer of a train run's launch_trainer stage
+  (worker/kinds/train.py), with the signature every trainer shares: the corpus's puzzle sets
+  in (worker/corpus/puzzles.py), the model, its checkpoints and the learning curve out.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import hashlib
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,10 +38,12 @@ from torch import nn
 
 from core.rundir import TRM_MODEL
 from core.schemas.puzzles import GridTrainerConfig
+from worker.context import StageFailure
 from worker.models.trm_grid import GridTRM, save_model
 from worker.puzzles import PuzzleSet
 from worker.train import checkpoints
 from worker.train.callbacks import TrainerCallbacks
+from worker.train.memory import Rss, peak_vram, reset_peak_vram
 from worker.train.trm import Ema
 
 EVAL_BATCH = 256
@@ -110,6 +116,7 @@ class GridResult:
     curve: list[CurvePoint] = field(default_factory=list)
     stopped_by: str | None = None
     eval_seconds: float = 0.0  # of train_seconds, spent scoring val points
+    resumed_from: int | None = None  # the checkpoint's step this training continued from
 
 
 class Carry:
@@ -181,7 +188,7 @@ def train(
     first = 1
     if out_dir is not None and (at := checkpoints.resume_point(out_dir, mark, callbacks.trusts)):
         best = _restore(at, model, optimizer, ema, carry, result, device)
-        first = result.steps + 1
+        first, result.resumed_from = result.steps + 1, result.steps
     started = time.perf_counter() - result.train_seconds
     model.train()
     for step in range(first, config.max_steps + 1):
@@ -224,6 +231,65 @@ def train(
         best = _select(model, ema, evals, result.steps, started, result, best, callbacks)
     model.load_state_dict(best if best is not None else ema.weights)
     return model.eval(), result
+
+
+def run(
+    config: dict[str, Any],
+    corpus_dir: Path,
+    out_dir: Path,
+    callbacks: TrainerCallbacks,
+    *,
+    seed: int,
+    contract: str = "action_only",
+    probe: bool = False,
+    model_cache: Path | None = None,
+) -> dict[str, Any]:
+    """Train on `corpus_dir/train/`, select on `val/`; write model.safetensors and config.json
+    (the best val point's average) into `out_dir`, checkpoints under it. `probe` runs one step
+    and one val point on a few puzzles. `contract` and `model_cache` are unused (the trainers
+    share one signature)."""
+    try:
+        cfg = GridTrainerConfig.model_validate(config)
+    except ValueError as exc:
+        raise StageFailure("bad_input", f"trm_grid config: {exc}") from None
+    if probe:
+        cfg = cfg.model_copy(update={"max_steps": 1, "eval_puzzles": min(cfg.eval_puzzles, 4)})
+    data = PuzzleSet.load(Path(corpus_dir) / "train")
+    val_folder = Path(corpus_dir) / "val"
+    val = PuzzleSet.load(val_folder) if val_folder.is_dir() else None
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    threads = torch.get_num_threads()
+    if device == "cpu" and cfg.hidden <= 256:  # a model this small runs faster on one thread
+        torch.set_num_threads(1)
+    reset_peak_vram()
+    rss = Rss()
+    try:
+        model, result = train(cfg, data, val, callbacks, seed=seed, device=device,
+                              out_dir=Path(out_dir))  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    rss.sample()
+    meta = {"family": data.family, "params": asdict(data.params), "best_step": result.best_step}
+    artifacts = save_model(Path(out_dir), model, meta)
+    return {
+        "trainer": "trm_grid",
+        "steps": result.steps,
+        "total_steps": cfg.max_steps,
+        "rows_trained": result.steps * cfg.batch_size,  # puzzle-steps: slots updated
+        "tokens_trained": result.steps * cfg.batch_size * model.cells,
+        "stopped_by": result.stopped_by,
+        "best_step": result.best_step,
+        "parameters": result.parameters,
+        "val": asdict(result.val) if result.val else None,
+        "curve": [asdict(p) for p in result.curve],
+        "artifacts": [str(p) for p in artifacts],
+        "resumed_from_step": result.resumed_from,
+        "device": device,
+        "peak_vram_bytes": peak_vram(),
+        "peak_rss_bytes": rss.peak,
+        "train_seconds": result.train_seconds,
+        "eval_seconds": result.eval_seconds,
+    }
 
 
 def _select(
