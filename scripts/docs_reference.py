@@ -358,7 +358,9 @@ def settings_page() -> str:
             for attr, mark in BOUND_MARKS
             if getattr(m, attr, None) is not None
         )
-        what = " ".join(filter(None, [field.description or "", notes.get(name, "")]))
+        # The field's description; the comment above it only where it has none (a comment
+        # heading a group of fields belongs to no one field).
+        what = field.description or notes.get(name, "")
         lines.append(
             f"| `{prefix}{name.upper()}` | {_cell(kind)} | {_cell(_default(field.default))} "
             f"| {_cell(bounds)} | {_cell(what)} |"
