@@ -41,6 +41,13 @@ from typing import Any
 
 import numpy as np
 
+from worker.decide.fast_aligned import (
+    aligned_of,
+    match_features,
+    number_columns,
+    place_leaves,
+    values_key,
+)
 from worker.decide.fast_kinds import CROSSED, MATCHES, SINGLE, SPLIT, unsupported
 from worker.decide.state_walk import (
     Layout,
@@ -49,13 +56,12 @@ from worker.decide.state_walk import (
     context_leaves,
     dict_parts,
     flat_signature,
-    leaves_into,
 )
 from worker.features import aligned as al
 from worker.features import context as cx
 from worker.features import ids
 from worker.features import text as tx
-from worker.features.cells import Grid, cells_at, is_cells, window_features
+from worker.features.cells import Grid, window_features
 from worker.features.kinds import name
 from worker.features.plans import plan_features
 from worker.features.row import candidate_features
@@ -65,6 +71,7 @@ from worker.models.feature_space import FeatureSpace
 
 TOOLS_CACHE = 1024  # candidate lists whose names and pieces are kept
 LAYOUTS = 1024  # layouts (JSON keys and candidates) kept
+ALIGNED = 4096  # aligned parts' contents kept, over all layouts (then all are let go)
 Pairs = dict[str, dict[str, int]]
 
 
@@ -82,6 +89,7 @@ class FastEncoder:
         self._scale = np.asarray(space.scale, dtype=np.float64)
         self._tools: OrderedDict[tuple[str, ...], ToolsInfo] = OrderedDict()
         self._layouts: OrderedDict[tuple[Any, ...], Layout | None] = OrderedDict()
+        self._aligned_kept = 0  # aligned records held by the layouts
         self.reason = unsupported(space)
         self.compiled = self.reason is None
         self.single: dict[str, dict[str, int]] = {k: {} for k in SINGLE}
@@ -99,6 +107,7 @@ class FastEncoder:
                     self.pairs[prefix].setdefault(body[:at], {})[body[at + 1 :]] = column
                     at = body.find(sep, at + 1)
         self.compared_keys = set(self.pairs["D"]) | set(self.pairs["GE"])
+        self.set_paths = set(self.pairs["COV"]) | set(self.pairs["IN"])  # set leaves matched
         # An aligned number's kept columns: its own value (`A:`), rank, distance to the max, to
         # the min (None where not kept).
         self.number_columns: dict[str, tuple[int | None, ...]] = {
@@ -161,21 +170,26 @@ class FastEncoder:
         try:
             parsed = json.loads(state_text)
         except (TypeError, ValueError):
-            state, signature = {"text": state_text}, None
+            state, parsed, signature = {"text": state_text}, None, None
         else:
             state, signature = cx.nested(parsed), flat_signature(parsed)
         layout = None
         if signature is not None:
             layout = self._layout(state, (signature, tuple(tools)), tools)
-        self._candidates(state, tools, out, layout)
+        if not self._candidates(state, parsed, tools, out, layout):
+            out[:] = self.general(state_text, tools)
+            return
         plan = plan_features(state, candidate_features)
         if plan:
             self._put_all(plan, out)
 
     # ---- one row, as row.candidate_features assembles it ---------------------------------------
     def _candidates(
-        self, state: Any, tools: list[str], out: np.ndarray, layout: Layout | None
-    ) -> None:
+        self, state: Any, parsed: Any, tools: list[str], out: np.ndarray, layout: Layout | None
+    ) -> bool:
+        """The row's candidate features into `out`; False when this row is left to the general
+        encoder (a field looked up under a context string spells an aligned path the row
+        already has: rare, and the split below assumes it away)."""
         n = len(tools)
         info = self._tools_info(tools)
         names = info.names
@@ -189,26 +203,23 @@ class FastEncoder:
                 [al.concrete_root(state, path, ns) for path, _ in parts]
                 for ns, parts in zip(names, found_parts, strict=True)
             ]
+            part = aligned_of(self, found_parts, concretes, info, numbered)
         else:
-            numbered, concretes = layout.numbered, layout.roots
-            found_parts = [[(g, at_keys(state, keys)) for g, keys in c] for c in layout.parts]
-        aligned: list[list[tuple[str, Any]]] = []
-        bags: list[dict[str, frozenset[str]]] = []
-        roots: set[str] = set()
-        for parts, part_roots in zip(found_parts, concretes, strict=True):
-            mine: list[tuple[str, Any]] = []
-            if self.matches:
-                bags.append(tx.aligned_bags(parts))
-            for (path, sub), concrete in zip(parts, part_roots, strict=True):
-                if concrete:
-                    roots.add(concrete)
-                found: list[tuple[str, Any]] = []
-                leaves_into(sub, "", found, None)
-                if isinstance(sub, dict | list):
-                    mine += [(f"{path}.{p}" if p else path, v) for p, v in found]
-                else:
-                    mine += [(path, v) for _, v in found]
-            aligned.append(mine)
+            numbered = layout.numbered
+            key = values_key(parsed, layout.aligned_keys)
+            found = layout.aligned.get(key)
+            if found is None:
+                found_parts = [[(g, at_keys(state, keys)) for g, keys in c] for c in layout.parts]
+                found = aligned_of(self, found_parts, layout.roots, info, numbered)
+                self._aligned_kept += 1
+                if self._aligned_kept > ALIGNED:
+                    for kept in self._layouts.values():
+                        if kept is not None:
+                            kept.aligned.clear()
+                    self._aligned_kept = 1
+                layout.aligned[key] = found
+            part = found
+        roots = part.roots
         context = context_leaves(state, roots)
         ctx_numbers: list[tuple[str, float]] = []
         ctx_lists: list[tuple[str, tuple[str, ...]]] = []
@@ -232,10 +243,16 @@ class FastEncoder:
             elif isinstance(value, Text):
                 texts.append((cpath, value))
         ctx_numbers = ctx_numbers[: al.MAX_CONTEXT]
-        for mine in aligned:
-            mine += al.looked_up(mine, by_value)
+        # Fields keyed by a context string, under its path (`aligned.looked_up`): per row.
+        looked = [al.looked_up(mine, by_value) for mine in part.leaves] if by_value else []
+        looked_columns: dict[str, list[float]] = {}
+        if any(looked):
+            looked_columns = number_columns(looked)
+            base = {p for mine in part.leaves for p, _ in mine}
+            if any(p in base for mine in looked for p, _ in mine):
+                return False
         readings = tx.context_texts(texts)
-        matches = tx.match_features(readings, bags, tools) if self.matches else None
+        matches = match_features(part, readings, n) if self.matches else None
         lists = cx.number_lists(context)
 
         # The shared context features (the same for every candidate): (name, value) in the
@@ -257,17 +274,11 @@ class FastEncoder:
         shared.update(cx.list_differences(lists))
         shared_cols = self._columns(shared)
 
-        columns: dict[str, list[float]] = {}
-        for mine in aligned:
-            for path, value in mine:
-                if isinstance(value, float):
-                    columns.setdefault(path, []).append(value)
-
         single, pairs = self.single, self.pairs
-        len_col, c_col, p_col, n_col = single["LEN"], single["C"], single["P"], single["N"]
+        c_col = single["C"]
         cov, inn, eq = pairs["COV"], pairs["IN"], pairs["EQ"]
         d_pairs, ge_pairs = pairs["D"], pairs["GE"]
-        c_place = [(c_col[p], v) for p, v in ctx_numbers if p in c_col]
+        c_place = [(c_col[p], float(v)) for p, v in ctx_numbers if p in c_col]
         name_in = single["NAME_IN"]
         # The context by path, as the general loops over it leave each name's value: the last
         # number and string of a path, its last non-empty set, every string it has (`EQ:` is
@@ -279,63 +290,34 @@ class FastEncoder:
             strings_at.setdefault(cpath, set()).add(cstr)
         set_at = {cpath: cset for cpath, cset in ctx_sets if cset}
         crossable = {k for k in shared if k.startswith(CROSSED) and " " not in k}
+        at: list[int] = []  # every candidate's own features: (candidate, column, value)
+        columns: list[int] = []
+        values: list[float] = []
         for i in range(n):
-            f: dict[int, float] = {}
-            # ids.id_features
-            if self.pos is not None:
-                f[self.pos] = i / max(1, n - 1)
-            for piece in info.pieces[i]:
-                j = p_col.get(piece)
-                if j is not None:
-                    f[j] = 1.0
-            numbers = ids.id_numbers(numbered[i])
-            own: list[tuple[str, float]] = []
-            for k, number in enumerate(numbers):
-                j = n_col.get(str(k))
-                if j is not None:
-                    f[j] = float(number)
-                own.append((name("N", k), float(number)))
-            # aligned.aligned_features
-            for path, value in aligned[i]:
-                if isinstance(value, float):
-                    kept = self.number_columns.get(path)
-                    if kept is not None:
-                        a, r, hi, lo = kept
-                        column = columns[path]
-                        if a is not None:
-                            f[a] = value
-                        if r is not None:
-                            f[r] = sum(v < value for v in column) / len(column)
-                        if hi is not None:
-                            f[hi] = value - max(column)
-                        if lo is not None:
-                            f[lo] = value - min(column)
-                    own.append((name("A", path), value))
-                elif isinstance(value, frozenset):
-                    j = len_col.get(path)
-                    if j is not None:
-                        f[j] = float(len(value))
-                    wanted = cov.get(path)
-                    if wanted:
-                        for cpath, j in wanted.items():
-                            cset = set_at.get(cpath)
-                            if cset is not None:
-                                f[j] = len(cset & value) / len(cset)
-                    wanted = inn.get(path)
-                    if wanted:
-                        for cpath, j in wanted.items():
-                            if cpath in string_at:
-                                f[j] = float(string_at[cpath] in value)
-                elif isinstance(value, str):
-                    wanted = eq.get(path)
-                    if wanted:
-                        for cpath, j in wanted.items():
-                            if value in strings_at.get(cpath, ()):
-                                f[j] = 1.0
-                    if is_cells(value):
-                        cells: dict[str, float] = {}
-                        own += cells_at(value, path, numbers, cells)
-                        self._put(cells, f)
+            # aligned.aligned_features: what the parts alone give, then what the row adds
+            f = dict(part.fixed[i])
+            own, sets, strings = part.own[i], part.sets[i], part.strings[i]
+            if looked and looked[i]:
+                own, sets, strings = list(own), list(sets), list(strings)
+                place_leaves(
+                    self, looked[i], looked_columns, part.numbers[i], f, own, sets, strings
+                )
+            for path, value in sets:
+                wanted = cov.get(path)
+                if wanted:
+                    for cpath, j in wanted.items():
+                        cset = set_at.get(cpath)
+                        if cset is not None:
+                            f[j] = len(cset & value) / len(cset)
+                wanted = inn.get(path)
+                if wanted:
+                    for cpath, j in wanted.items():
+                        if cpath in string_at:
+                            f[j] = float(string_at[cpath] in value)
+            for path, text in strings:
+                for cpath, j in eq[path].items():
+                    if text in strings_at.get(cpath, ()):
+                        f[j] = 1.0
             # aligned.compared
             for key, value in own[: al.MAX_ALIGNED]:
                 if key not in self.compared_keys:
@@ -346,8 +328,6 @@ class FastEncoder:
                 for cpath, j in ge_pairs.get(key, {}).items():
                     if cpath in number_at:
                         f[j] = float(value >= number_at[cpath])
-            for j, cvalue in c_place:
-                f[j] = float(cvalue)
             # aligned.name_in
             if name_in:
                 for cpath, cset in ctx_sets:
@@ -359,17 +339,26 @@ class FastEncoder:
                     if j is not None and cstr in names[i]:
                         f[j] = 1.0
             if ctx_lists:
-                self._put(cx.list_places(ctx_lists, names[i]), f)
+                self.put(cx.list_places(ctx_lists, names[i]), f)
             if matches is not None:
-                self._put(matches[i], f)
-            f.update(shared_cols)
+                self.put(matches[i], f)
             if n <= cx.MAX_CROSSED_CANDIDATES:
                 crossed = self.crossed.get(info.lows[i])
                 if crossed:
                     for key in crossed.keys() & crossable:
                         f[crossed[key]] = shared[key]
-            if f:
-                out[i, list(f)] = list(f.values())
+            at += [i] * len(f)
+            columns += f
+            values += f.values()
+        # The context's numbers (`C:`) and shared features, the same for every candidate: one
+        # assignment for all (their kinds are none of a candidate's own, so the order of the
+        # assignments does not matter), then every candidate's own in one.
+        common = dict(c_place)
+        common.update(shared_cols)
+        if common:
+            out[:, list(common)] = list(common.values())
+        if at:
+            out[at, columns] = values
         # aligned.ranks of the text matches, ids.id_number_ranks, context.list_shapes: into
         # dicts as the general code writes them, then their kept columns.
         later: list[dict[str, float]] = [{} for _ in tools]
@@ -377,11 +366,16 @@ class FastEncoder:
             al.ranks(matches, later)
         ids.id_number_ranks(numbered, later)
         shapes = cx.list_shapes(state, roots)
+        at, columns, values = [], [], []
         for i, features in enumerate(later):
             features.update(shapes)
             placed = self._columns(features)
-            if placed:
-                out[i, list(placed)] = list(placed.values())
+            at += [i] * len(placed)
+            columns += placed
+            values += placed.values()
+        if at:
+            out[at, columns] = values
+        return True
 
     # ---- helpers --------------------------------------------------------------------------------
     def _columns(self, features: dict[str, float]) -> dict[int, float]:
@@ -393,7 +387,7 @@ class FastEncoder:
                 out[j] = value
         return out
 
-    def _put(self, features: dict[str, float], f: dict[int, float]) -> None:
+    def put(self, features: dict[str, float], f: dict[int, float]) -> None:
         get = self.index.get
         for feature, value in features.items():
             j = get(feature)
@@ -428,7 +422,11 @@ class FastEncoder:
                 [al.concrete_root(state, g, ns) for g, _ in c]
                 for ns, c in zip(names, general, strict=True)
             ]
-            layout = Layout(numbered, parts, roots)
+            wanted = [".".join(keys) for c in parts for _, keys in c]
+            aligned_keys = tuple(
+                k for k in key[0] if any(k == w or k.startswith(f"{w}.") for w in wanted)
+            )
+            layout = Layout(numbered, parts, roots, aligned_keys)
         self._layouts[key] = layout
         if len(self._layouts) > LAYOUTS:
             self._layouts.popitem(last=False)

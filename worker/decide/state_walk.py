@@ -5,7 +5,7 @@ context leaves, each the same as the general code's (`worker/features/context.py
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from worker.features import context as cx
@@ -20,6 +20,7 @@ class ToolsInfo:
     """What a candidate list alone gives: each candidate's names, lower-case id and word pieces."""
 
     def __init__(self, tools: tuple[str, ...]) -> None:
+        self.tools = tools
         self.names = [ids.names_of(t) for t in tools]
         self.lows = [t.lower() for t in tools]
         self.pieces = [ids.pieces_of(t) for t in tools]
@@ -29,11 +30,15 @@ class ToolsInfo:
 class Layout:
     """What a flat state's keys and the candidates alone decide (`flat_signature`): each
     candidate's id with the state's names spelled out (`ids.numbers_outside_names`), its aligned
-    parts as (path with `*`, the keys that reach the part) and each part's concrete root."""
+    parts as (path with `*`, the keys that reach the part), each part's concrete root, and the
+    state's keys that lie in a part (`aligned_keys`: their values alone make the parts).
+    `aligned` keeps what those values gave (`fast_aligned.Aligned`), by the values."""
 
     numbered: list[str]
     parts: list[list[tuple[str, tuple[str, ...]]]]
     roots: list[list[str | None]]
+    aligned_keys: tuple[str, ...]
+    aligned: dict[tuple[Any, ...], Any] = field(default_factory=dict, compare=False)
 
 
 def flat_signature(parsed: Any) -> tuple[str, ...] | None:

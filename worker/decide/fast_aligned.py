@@ -1,0 +1,252 @@
+"""What a row's aligned parts alone give the decision-time encoder (`fast_encode.py`), worked out
+once per distinct content of those parts: each candidate's aligned leaves and word bags, the
+parts' concrete roots, and the features that read nothing but the parts and the candidate's id
+(`pos`, `P:`, `N:`; an aligned number's `A:`, `R:`, `HI:`, `LO:`; a list's `LEN:`; a line of
+cells' `AT:`/`RUN:`), with what the row's context is then compared with (the numbers, sets and
+strings). The per-row rest (`COV:`, `IN:`, `EQ:`, `D:`, `GE:`, the context's own) is placed by
+`fast_encode.py` from these.
+
+A flat state's parts are cached by their values (`Layout.aligned`): the route blocks of
+routerBench's rows repeat (535 anchor and val rows hold 17 distinct ones) while their requests
+do not. The same values give the same leaves and features, so a cached record is the one the row
+would have computed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from worker.decide.state_walk import ToolsInfo, leaves_into
+from worker.features import ids
+from worker.features import text as tx
+from worker.features.cells import cells_at, is_cells
+from worker.features.kinds import Features, name
+
+if TYPE_CHECKING:
+    from worker.decide.fast_encode import FastEncoder
+
+Leaves = list[tuple[str, Any]]
+
+
+@dataclass(frozen=True)
+class Bags:
+    """One aligned text path's bags over the candidates (`text.match_features`' `column`), with
+    what reads them alone: the words' weights, their union, and per candidate its weight sum and
+    the root of its squared weights (0 where its bag is empty)."""
+
+    path: str
+    column: list[frozenset[str]]
+    weight: dict[str, float]
+    union: frozenset[str]
+    own: list[float]
+    own_norm: list[float]
+
+
+@dataclass(frozen=True)
+class Aligned:
+    """Per candidate: `leaves` its aligned leaves (path with `*`, value); `fixed` the features
+    placed from the parts and its id alone (column -> value); `own` its numbers compared with
+    the context, in the general encoder's order (`N:`, then each leaf's `A:` or cell runs);
+    `sets` and `strings` its set and string leaves, for `COV:`/`IN:` and `EQ:`; `numbers` its
+    id's numbers. `roots` the parts' concrete paths (the context leaves outside them), `columns`
+    each aligned number's values over the candidates (for the ranks); `matchers` the bags of
+    each aligned text path and `names` the candidates' name words with their weights and sums,
+    for the text matches (`match_features`)."""
+
+    leaves: list[Leaves]
+    roots: set[str]
+    columns: dict[str, list[float]]
+    fixed: list[dict[int, float]]
+    own: list[list[tuple[str, float]]]
+    sets: list[list[tuple[str, frozenset[str]]]]
+    strings: list[list[tuple[str, str]]]
+    numbers: list[list[int]]
+    matchers: list[Bags]
+    names: tuple[list[frozenset[str]], dict[str, float], list[float]]
+
+
+def aligned_of(
+    enc: FastEncoder,
+    found_parts: list[list[tuple[str, Any]]],
+    concretes: list[list[str | None]],
+    info: ToolsInfo,
+    numbered: list[str],
+) -> Aligned:
+    """`row.candidate_features`' aligned part of each candidate, as the general code walks it."""
+    leaves: list[Leaves] = []
+    bags: list[dict[str, frozenset[str]]] = []
+    roots: set[str] = set()
+    for parts, part_roots in zip(found_parts, concretes, strict=True):
+        mine: Leaves = []
+        if enc.matches:
+            bags.append(tx.aligned_bags(parts))
+        for (path, sub), concrete in zip(parts, part_roots, strict=True):
+            if concrete:
+                roots.add(concrete)
+            found: Leaves = []
+            leaves_into(sub, "", found, None)
+            if isinstance(sub, dict | list):
+                mine += [(f"{path}.{p}" if p else path, v) for p, v in found]
+            else:
+                mine += [(path, v) for _, v in found]
+        leaves.append(mine)
+    columns = number_columns(leaves)
+    n = len(leaves)
+    p_col, n_col = enc.single["P"], enc.single["N"]
+    fixed, owns, sets, strings, numbers_of = [], [], [], [], []
+    for i in range(n):
+        f: dict[int, float] = {}
+        # ids.id_features
+        if enc.pos is not None:
+            f[enc.pos] = i / max(1, n - 1)
+        for piece in info.pieces[i]:
+            j = p_col.get(piece)
+            if j is not None:
+                f[j] = 1.0
+        numbers = ids.id_numbers(numbered[i])
+        own: list[tuple[str, float]] = []
+        for k, number in enumerate(numbers):
+            j = n_col.get(str(k))
+            if j is not None:
+                f[j] = float(number)
+            own.append((name("N", k), float(number)))
+        mine_sets: list[tuple[str, frozenset[str]]] = []
+        mine_strings: list[tuple[str, str]] = []
+        place_leaves(enc, leaves[i], columns, numbers, f, own, mine_sets, mine_strings)
+        fixed.append(f)
+        owns.append(own)
+        sets.append(mine_sets)
+        strings.append(mine_strings)
+        numbers_of.append(numbers)
+    matchers: list[Bags] = []
+    own_names: list[frozenset[str]] = []
+    name_weight: dict[str, float] = {}
+    if enc.matches:
+        for apath in sorted({p for mine in bags for p in mine}):
+            column = [mine.get(apath, frozenset()) for mine in bags]
+            weight = tx._weights(column)
+            matchers.append(
+                Bags(
+                    apath, column, weight, frozenset().union(*column),
+                    [math.fsum(weight[w] for w in bag) for bag in column],
+                    [math.sqrt(math.fsum(weight[w] ** 2 for w in bag)) for bag in column],
+                )
+            )  # fmt: skip
+        own_names = [tx.name_words(t) for t in info.tools]
+        name_weight = tx._weights(own_names)
+    totals = [math.fsum(name_weight[w] for w in bag) for bag in own_names]
+    return Aligned(
+        leaves, roots, columns, fixed, owns, sets, strings, numbers_of, matchers,
+        (own_names, name_weight, totals),
+    )  # fmt: skip
+
+
+def match_features(part: Aligned, readings: dict[str, tx.Reading], n: int) -> list[Features]:
+    """`text.match_features` (`TO:`, `TC:`, `TCOS:`, `TN:` of each candidate) with what the bags
+    alone give taken from `part`, and what the context alone gives worked out once a context
+    text rather than once a candidate. Every sum is `math.fsum` as there (exact: its order does
+    not change it), so the values are the general code's."""
+    out: list[Features] = [{} for _ in range(n)]
+    texts = list(readings.items())[: tx.MAX_CONTEXT_TEXTS]
+    if not texts:
+        return out
+    for bags in part.matchers:
+        weight, apath = bags.weight, bags.path
+        for cpath, reading in texts:
+            context = reading.bag
+            anyone = bags.union & context
+            reachable = math.fsum(weight[w] for w in anyone)
+            reach_norm = math.sqrt(math.fsum(weight[w] ** 2 for w in anyone))
+            to, tc, tcos = (
+                name("TO", apath, cpath),
+                name("TC", apath, cpath),
+                name("TCOS", apath, cpath),
+            )
+            for f, bag, own, own_norm in zip(
+                out, bags.column, bags.own, bags.own_norm, strict=True
+            ):
+                if not bag:
+                    continue
+                shared = bag & context
+                hit = math.fsum(weight[w] for w in shared)
+                norm = own_norm * reach_norm
+                squares = math.fsum(weight[w] ** 2 for w in shared)
+                f[to] = hit / own if own > 0 else 0.0
+                f[tc] = hit / reachable if reachable > 0 else 0.0
+                f[tcos] = squares / norm if norm else 0.0
+    own_names, weight, totals = part.names
+    for cpath, reading in texts:
+        tn = name("TN", cpath)
+        for f, bag, total in zip(out, own_names, totals, strict=True):
+            if total > 0:
+                f[tn] = math.fsum(weight[w] for w in bag & reading.bag) / total
+    return out
+
+
+def number_columns(leaves: list[Leaves]) -> dict[str, list[float]]:
+    """Each aligned number's values over the candidates, in candidate order."""
+    columns: dict[str, list[float]] = {}
+    for mine in leaves:
+        for path, value in mine:
+            if isinstance(value, float):
+                columns.setdefault(path, []).append(value)
+    return columns
+
+
+def place_leaves(
+    enc: FastEncoder,
+    leaves: Leaves,
+    columns: dict[str, list[float]],
+    numbers: list[int],
+    f: dict[int, float],
+    own: list[tuple[str, float]],
+    sets: list[tuple[str, frozenset[str]]],
+    strings: list[tuple[str, str]],
+) -> None:
+    """`aligned.aligned_features` of these leaves for what reads only them: `A:`, `R:`, `HI:`,
+    `LO:`, `LEN:`, cells into `f`; the numbers to compare into `own`, the sets and strings the
+    context is matched against into `sets` and `strings`."""
+    len_col, eq, matched = enc.single["LEN"], enc.pairs["EQ"], enc.set_paths
+    for path, value in leaves:
+        if isinstance(value, float):
+            kept = enc.number_columns.get(path)
+            if kept is not None:
+                a, r, hi, lo = kept
+                column = columns[path]
+                if a is not None:
+                    f[a] = value
+                if r is not None:
+                    f[r] = sum(v < value for v in column) / len(column)
+                if hi is not None:
+                    f[hi] = value - max(column)
+                if lo is not None:
+                    f[lo] = value - min(column)
+            own.append((name("A", path), value))
+        elif isinstance(value, frozenset):
+            j = len_col.get(path)
+            if j is not None:
+                f[j] = float(len(value))
+            if path in matched:
+                sets.append((path, value))
+        elif isinstance(value, str):
+            if path in eq:
+                strings.append((path, value))
+            if is_cells(value):
+                cells: dict[str, float] = {}
+                own += cells_at(value, path, numbers, cells)
+                enc.put(cells, f)
+
+
+def values_key(parsed: dict[str, Any], keys: tuple[str, ...]) -> tuple[Any, ...]:
+    """A flat state's values at `keys`, hashable and typed (`true` is not `1`, `1` not `1.0`:
+    what the general code reads of them may differ)."""
+    out: list[Any] = []
+    for key in keys:
+        value = parsed[key]
+        if type(value) is list:
+            out.append(tuple((type(x), x) for x in value))
+        else:
+            out.append((type(value), value))
+    return tuple(out)
