@@ -2,28 +2,40 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
+from app.cli import main
 from tests.conftest import ROOT, Service
 
 SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+# The API alone (no worker: a submitted run stays queued), one for the module's tests below.
+SHARED_SQLITE = pytest.mark.parametrize("shared_service", ["sqlite"], indirect=True)
 
 
-def trm(service: Service, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**service.env, "TRM_API_URL": service.url}
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def trm(service: Service, *args: str) -> subprocess.CompletedProcess[str]:
+    """`trm ARGS` against the service, run in this process (`python -m app.cli` is `main()`;
+    a start of its own cost a second of CPU a call): its exit status, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        mock.patch.dict(os.environ, {"TRM_URL": service.url}),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        try:
+            code = main(list(args))
+        except SystemExit as exit:  # argparse's refusals, `sys.exit(message)`
+            code = exit.code if isinstance(exit.code, int) else 1
+            if isinstance(exit.code, str):  # what the interpreter prints before it exits
+                print(exit.code, file=sys.stderr)
+    return subprocess.CompletedProcess(["trm", *args], code, out.getvalue(), err.getvalue())
 
 
 @SQLITE_ONLY
@@ -43,26 +55,26 @@ def test_submit_sample_dry_run_and_watch_it_to_the_end(service: Service) -> None
     assert len(lines) == 7 and len({len(line) for line in lines}) == 1
 
 
-@SQLITE_ONLY
-def test_submit_names_the_bad_field_and_fails(service: Service, tmp_path: Path) -> None:
+@SHARED_SQLITE
+def test_submit_names_the_bad_field_and_fails(shared_service: Service, tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"kind": "selftest", "steps": -1}')
-    out = trm(service, "submit", str(bad))
+    out = trm(shared_service, "submit", str(bad))
     assert out.returncode == 1
     assert "steps" in out.stderr
     broken = tmp_path / "broken.json"
     broken.write_text('{"kind": \n')
-    out = trm(service, "submit", str(broken))
+    out = trm(shared_service, "submit", str(broken))
     assert out.returncode != 0 and f"{broken}:2" in out.stderr
 
 
-@SQLITE_ONLY
-def test_cancel_from_the_cli(service: Service) -> None:
-    out = trm(service, "submit", str(ROOT / "specs" / "selftest.json"))
+@SHARED_SQLITE
+def test_cancel_from_the_cli(shared_service: Service) -> None:
+    out = trm(shared_service, "submit", str(ROOT / "specs" / "selftest.json"))
     run_id = out.stdout.split()[0]
-    cancelled = trm(service, "cancel", run_id)
+    cancelled = trm(shared_service, "cancel", run_id)
     assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout
-    assert service.run(run_id)["status"] == "cancelled"
+    assert shared_service.run(run_id)["status"] == "cancelled"
 
 
 def test_cli_without_a_server_says_so() -> None:
