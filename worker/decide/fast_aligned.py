@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from worker.decide.state_walk import ToolsInfo, leaves_into
 from worker.features import ids
 from worker.features import text as tx
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from worker.decide.fast_encode import FastEncoder
 
 Leaves = list[tuple[str, Any]]
+RANKED = 4096  # text match names whose rank columns are kept looked up
 
 
 @dataclass(frozen=True)
@@ -46,19 +49,19 @@ class Bags:
 
 @dataclass(frozen=True)
 class Aligned:
-    """Per candidate: `leaves` its aligned leaves (path with `*`, value); `fixed` the features
-    placed from the parts and its id alone (column -> value); `own` its numbers compared with
-    the context, in the general encoder's order (`N:`, then each leaf's `A:` or cell runs);
-    `sets` and `strings` its set and string leaves, for `COV:`/`IN:` and `EQ:`; `numbers` its
-    id's numbers. `roots` the parts' concrete paths (the context leaves outside them), `columns`
-    each aligned number's values over the candidates (for the ranks); `matchers` the bags of
-    each aligned text path and `names` the candidates' name words with their weights and sums,
-    for the text matches (`match_features`)."""
+    """Per candidate: `leaves` its aligned leaves (path with `*`, value); `own` its numbers
+    compared with the context, in the general encoder's order (`N:`, then each leaf's `A:` or
+    cell runs); `sets` and `strings` its set and string leaves, for `COV:`/`IN:` and `EQ:`;
+    `numbers` its id's numbers. `fixed` the features placed from the parts and the ids alone,
+    as (candidates, columns, values) for one assignment; `roots` the parts' concrete paths (the
+    context leaves outside them); `columns` each aligned number's values over the candidates
+    (for the ranks); `matchers` the bags of each aligned text path and `names` the candidates'
+    name words with their weights and sums, for the text matches (`match_features`)."""
 
     leaves: list[Leaves]
     roots: set[str]
     columns: dict[str, list[float]]
-    fixed: list[dict[int, float]]
+    fixed: tuple[np.ndarray, np.ndarray, np.ndarray]
     own: list[list[tuple[str, float]]]
     sets: list[list[tuple[str, frozenset[str]]]]
     strings: list[list[tuple[str, str]]]
@@ -137,8 +140,11 @@ def aligned_of(
         own_names = [tx.name_words(t) for t in info.tools]
         name_weight = tx._weights(own_names)
     totals = [math.fsum(name_weight[w] for w in bag) for bag in own_names]
+    at = [i for i, f in enumerate(fixed) for _ in f]
+    placed = (np.array(at, dtype=np.intp), np.array([j for f in fixed for j in f], dtype=np.intp),
+              np.array([v for f in fixed for v in f.values()], dtype=np.float64))  # fmt: skip
     return Aligned(
-        leaves, roots, columns, fixed, owns, sets, strings, numbers_of, matchers,
+        leaves, roots, columns, placed, owns, sets, strings, numbers_of, matchers,
         (own_names, name_weight, totals),
     )  # fmt: skip
 
@@ -250,3 +256,40 @@ def values_key(parsed: dict[str, Any], keys: tuple[str, ...]) -> tuple[Any, ...]
         else:
             out.append((type(value), value))
     return tuple(out)
+
+
+def match_ranks(
+    enc: FastEncoder,
+    matches: list[Features],
+    into: tuple[list[int], list[int], list[float]],
+) -> None:
+    """`aligned.ranks` of the text matches (`R:`, `HI:`, `LO:` of each among the candidates that
+    have it), only where the space keeps the column: (candidate, column, value) into `into`."""
+    at, columns, values = into
+    by_key: dict[str, list[float]] = {}
+    for mine in matches:
+        for key, value in mine.items():
+            by_key.setdefault(key, []).append(value)
+    for key, column in by_key.items():
+        kept = enc.ranked.get(key)
+        if kept is None:
+            if len(enc.ranked) >= RANKED:
+                enc.ranked.clear()
+            kept = enc.ranked[key] = tuple(enc.index.get(name(k, key)) for k in ("R", "HI", "LO"))
+        r, hi, lo = kept
+        if r is None and hi is None and lo is None:
+            continue
+        top, bottom, count = max(column), min(column), len(column)
+        for i, mine in enumerate(matches):
+            value = mine.get(key)
+            if value is None:
+                continue
+            for j, rank in (
+                (r, sum(v < value for v in column) / count),
+                (hi, value - top),
+                (lo, value - bottom),
+            ):
+                if j is not None:
+                    at.append(i)
+                    columns.append(j)
+                    values.append(rank)

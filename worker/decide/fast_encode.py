@@ -44,6 +44,7 @@ import numpy as np
 from worker.decide.fast_aligned import (
     aligned_of,
     match_features,
+    match_ranks,
     number_columns,
     place_leaves,
     values_key,
@@ -90,6 +91,7 @@ class FastEncoder:
         self._tools: OrderedDict[tuple[str, ...], ToolsInfo] = OrderedDict()
         self._layouts: OrderedDict[tuple[Any, ...], Layout | None] = OrderedDict()
         self._aligned_kept = 0  # aligned records held by the layouts
+        self.ranked: dict[str, tuple[int | None, ...]] = {}  # a match's R/HI/LO columns
         self.reason = unsupported(space)
         self.compiled = self.reason is None
         self.single: dict[str, dict[str, int]] = {k: {} for k in SINGLE}
@@ -295,7 +297,7 @@ class FastEncoder:
         values: list[float] = []
         for i in range(n):
             # aligned.aligned_features: what the parts alone give, then what the row adds
-            f = dict(part.fixed[i])
+            f: dict[int, float] = {}
             own, sets, strings = part.own[i], part.sets[i], part.strings[i]
             if looked and looked[i]:
                 own, sets, strings = list(own), list(sets), list(strings)
@@ -352,21 +354,24 @@ class FastEncoder:
             values += f.values()
         # The context's numbers (`C:`) and shared features, the same for every candidate: one
         # assignment for all (their kinds are none of a candidate's own, so the order of the
-        # assignments does not matter), then every candidate's own in one.
+        # assignments does not matter); what the parts alone give in one, then the rest of
+        # every candidate's own in one (after: what a row adds to a part's is the row's).
         common = dict(c_place)
         common.update(shared_cols)
         if common:
             out[:, list(common)] = list(common.values())
+        fixed_at, fixed_columns, fixed_values = part.fixed
+        out[fixed_at, fixed_columns] = fixed_values
         if at:
             out[at, columns] = values
-        # aligned.ranks of the text matches, ids.id_number_ranks, context.list_shapes: into
-        # dicts as the general code writes them, then their kept columns.
+        # ids.id_number_ranks, context.list_shapes: into dicts as the general code writes them,
+        # then their kept columns; aligned.ranks of the text matches, the kept ones alone.
         later: list[dict[str, float]] = [{} for _ in tools]
-        if matches is not None:
-            al.ranks(matches, later)
         ids.id_number_ranks(numbered, later)
         shapes = cx.list_shapes(state, roots)
         at, columns, values = [], [], []
+        if matches is not None:
+            match_ranks(self, matches, (at, columns, values))
         for i, features in enumerate(later):
             features.update(shapes)
             placed = self._columns(features)
