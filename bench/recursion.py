@@ -184,6 +184,12 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--config", type=Path, help="a puzzle config (specs/puzzles/*.json)")
     parser.add_argument("--device", default="cuda" if _cuda() else "cpu")
+    parser.add_argument(
+        "--recursive-knobs",
+        type=json.loads,
+        default={},
+        help='JSON merged into the recursive variants (not one_step): {"supervision_steps": 4}',
+    )
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.train, args.test = min(args.seconds, 60), 300, 64
@@ -218,6 +224,7 @@ def main() -> int:
                 "eval_puzzles": args.test,
                 **families[family]["trainer"],
                 **VARIANTS[variant],
+                **(args.recursive_knobs if variant != "one_step" else {}),
             }
             for seed in seeds:
                 jobs.append(

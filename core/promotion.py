@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, select
 
-from core.benches.resolve import trainer_of
+from core.benches.resolve import PUZZLE_MODEL, trainer_of
 from core.controllers import HEADLINE, PromoteIn, VersionOut, make_live
 from core.db import one_writer, session_scope
 from core.errors import ApiError
@@ -127,6 +127,8 @@ def _version_row(
     trainer = trainer_of(folder) if under(run_dir, folder) else None
     if trainer is None:
         raise _refuse(409, "no_model", f"run {run.id} holds no model in {TRAINER}/")
+    if trainer == "trm_grid":
+        raise _refuse(409, "not_a_controller", PUZZLE_MODEL.format(run=run.id))
     scores = {k: _number(card.get(k)) for k in HEADLINE}
     return ControllerVersion(
         name=name,

@@ -39,10 +39,18 @@ from core.rundir import (
     RUN_META,
     SUMMARY,
     TRAINER,
+    TRM_CONFIG,
     TRM_MODEL,
 )
+from core.schemas.puzzles import GRID_FORMAT
 from core.schemas.train import TrmTrainerConfig
 
+# A whole-answer puzzle model answers grids, not (state, tools) decisions: no bench, no promotion.
+PUZZLE_MODEL = (
+    "run {run} trained trm_grid, a whole-answer puzzle model: it answers puzzles, not (state, "
+    "tools) decisions, so it cannot be benched or promoted as a controller; its scorecard.json "
+    "holds its scores on the held-out puzzles, against the one-step model"
+)
 TRACE_FILE = "reasoning_traces.jsonl"  # worker/envs/writers.py
 TRAIN_HERE = "train"  # the router side trained inside the bench run
 # The knobs that change how a row reads: a trained side's anchors are shaped with its own.
@@ -137,9 +145,12 @@ def search_pick(summary: dict[str, Any], key: str) -> Any:
 
 def trainer_of(out: Path) -> str | None:
     """What a train run trained, from the model files in its `trainer/` folder (never from a
-    config file a client could have written)."""
+    config file a client could have written); `trm_grid` is a whole-answer puzzle model, whose
+    config.json says so."""
     if (out / TRM_MODEL).is_file():
-        return "trm"
+        return (
+            "trm_grid" if _read_json(out / TRM_CONFIG, out).get("format") == GRID_FORMAT else "trm"
+        )
     if (out / GBDT_MODEL).is_file():
         return "gbdt"
     if (out / ADAPTER / ADAPTER_CONFIG).is_file():
@@ -166,6 +177,8 @@ def _from_run(ref: str, side: str, run_dir: Path, model_cache: Path) -> dict[str
             f"{side}: run {ref} holds no model in {TRAINER}/ ({TRM_MODEL}, {GBDT_MODEL} or "
             f"{ADAPTER}/{ADAPTER_CONFIG}); bench a completed train run",
         )
+    if trainer == "trm_grid":
+        raise ResolveError("bad_input", f"{side}: {PUZZLE_MODEL.format(run=ref)}")
     policy: dict[str, Any]
     if trainer in ("trm", "gbdt"):
         policy = {"type": trainer, "path": str(out)}

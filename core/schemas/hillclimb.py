@@ -162,6 +162,8 @@ class HillclimbSpec(CommonSpec):
             raise ValueError(f"base.{where}: {first['msg']}{more}") from None
         if spec.dry_run:
             raise ValueError("base.dry_run: set dry_run on the hillclimb spec, not on its base")
+        if spec.trainer == "trm_grid":  # its knobs and ladder reshape log rows, not puzzles
+            raise ValueError("base.trainer: a hill-climb searches log corpora; trm_grid is not one")
         return spec.model_dump(mode="json")
 
     @model_validator(mode="after")

@@ -62,6 +62,7 @@ def network_calls(config: GridTrainerConfig) -> int:
 
 # ---- the service's side: a puzzle source, the work a config asks for ----------------------------
 PUZZLE_ARRAYS, PUZZLE_META = "puzzles.npz", "puzzles.json"  # a puzzle set's two files
+GRID_FORMAT = "trm-grid-v1"  # the `format` in a grid trm's config.json (worker/models/trm_grid.py)
 # FLOP/s the work is converted at before any worker is chosen: a fast GPU's float32 rate, so a
 # refusal at submit means no worker could finish (the worker checks again at its own rate).
 SUBMIT_FLOPS_PER_S = 1e14

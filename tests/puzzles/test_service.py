@@ -23,10 +23,10 @@ TINY = {
     "n_recursions": 2,
     "cycles": 2,
     "supervision_steps": 3,
-    "max_steps": 40,
-    "eval_every": 20,
+    "max_steps": 20,
+    "eval_every": 10,
     "eval_puzzles": 8,
-    "checkpoint_every": 20,
+    "checkpoint_every": 10,
     "warmup_steps": 5,
 }
 
@@ -53,7 +53,7 @@ def grid_spec(path: Path, **knobs: Any) -> dict[str, Any]:
         "trainer": "trm_grid",
         "corpus": {"sources": [{"type": "puzzles", "name": "sudoku4", "path": str(path)}]},
         "trm_grid": {**TINY, **knobs},
-        "evaluate": {"train_sample": 20},
+        "evaluate": {"train_sample": 10},
     }
 
 
@@ -63,7 +63,7 @@ def test_a_puzzle_train_run_completes_with_a_scorecard_against_one_step(
     path = make_puzzles(settings.data_dir)
     service.start_worker()
     run = service.submit(grid_spec(path))
-    done = service.wait_status(run["id"], "completed", "failed", "cancelled", timeout=55)
+    done = service.wait_status(run["id"], "completed", "failed", "cancelled", timeout=90)
     assert done["status"] == "completed", done.get("failure_reason")
     assert [s["name"] for s in done["stages"]] == [
         "prepare_corpus", "prepare_config", "launch_trainer", "evaluate",
@@ -76,15 +76,23 @@ def test_a_puzzle_train_run_completes_with_a_scorecard_against_one_step(
     assert len(card["exact_by_step"]) == 3
     one_step = card["references"]["one_step"]
     assert one_step["anchor_score"]["n"] == 12 and "delta" in one_step
-    assert [p["step"] for p in card["curve"]] == [20, 40]
+    assert [p["step"] for p in card["curve"]] == [10, 20]
     trainer = service.run(run["id"])["stages"][2]["manifest"]
-    assert trainer["counters"]["steps"] == 40
+    assert trainer["counters"]["steps"] == 20
     assert any(o["path"].startswith("trainer/checkpoints/") for o in trainer["outputs"])
-    assert "estimate: 40 steps (trm_grid.max_steps=40)" in " ".join(trainer["notes"])
+    assert "estimate: 20 steps (trm_grid.max_steps=20)" in " ".join(trainer["notes"])
     corpus = json.loads((settings.runs_dir / run["id"] / "corpus" / "manifest.json").read_text())
     assert corpus["counters"]["train"] + corpus["counters"]["val"] == 48
     samples = service.http.get(f"/runs/{run['id']}/artifacts/samples.jsonl").text.splitlines()
     assert len(samples) == 12
+    dry = service.submit({**grid_spec(path), "dry_run": True})
+    planned = service.wait_status(dry["id"], "completed", "failed", timeout=30)
+    notes = " ".join(n for s in planned["stages"] for n in (s["manifest"] or {}).get("notes", []))
+    assert "would train a trm_grid model: 20 steps (trm_grid.max_steps=20)" in notes, notes
+    assert "would read 60 rows: keep 60" in notes, notes
+    # A puzzle model is no controller: promoting it says so instead of serving grids as actions.
+    promoted = service.http.post("/controllers", json={"name": "sudoku", "run_id": run["id"]})
+    assert promoted.status_code == 409 and "whole-answer" in promoted.json()["error"]["message"]
 
 
 def test_cancel_stops_a_puzzle_run_within_5s(service: Service, settings: Settings) -> None:

@@ -9,12 +9,14 @@ after k = 1..N_sup steps (does more recursion at inference help?), and, where it
 **one-step reference**: the same network with n = T = N_sup = 1, trained here on the same train
 split for as many optimizer steps as the run took (each costs about 3 network passes against
 the recursive model's (n + 1) T + 2 (n + 1)), compared on the same anchors (paired difference,
-McNemar). `samples.jsonl` keeps one row per anchor puzzle.
+McNemar). `samples.jsonl` keeps one row per anchor puzzle. `evaluate_stage` is the train
+kind's evaluate stage for a trm_grid run (worker/kinds/train.py).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -23,9 +25,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from core.card import show_best
+from core.rundir import MANIFEST, SAMPLES, SCORECARD, write_json_atomic
 from core.schemas.puzzles import GridTrainerConfig
+from core.schemas.train import TrainEvaluateConfig
+from worker.context import StageContext
 from worker.evaluate import scorecard as sc
 from worker.evaluate.references import mcnemar
+from worker.evaluate.samples import write_samples
 from worker.models.trm_grid import GridTRM, load_model
 from worker.puzzles import PuzzleSet
 from worker.train.callbacks import TrainerCallbacks
@@ -71,6 +78,43 @@ def _scores(got: dict[str, np.ndarray]) -> dict[str, Any]:
     exact = sc.score([float(v) for v in got["exact"]])
     cells = float(got["right"].sum()) / max(1.0, float(got["open"].sum()))
     return {"exact": exact, "cells": round(cells, 4)}
+
+
+def evaluate_stage(
+    ctx: StageContext, spec: dict[str, Any], resolved: dict[str, Any]
+) -> dict[str, Any]:
+    """Score the run's model (`evaluate_grid`), write scorecard.json and samples.jsonl, show
+    the scores on the card; the stage's result."""
+    corpus_dir, out_dir = Path(resolved["corpus_dir"]), Path(resolved["output_dir"])
+    launched = json.loads((ctx.run_dir / "launch_trainer" / MANIFEST).read_text(encoding="utf-8"))
+    sizes = TrainEvaluateConfig.model_validate(spec.get("evaluate") or {})
+    card, samples = evaluate_grid(
+        corpus_dir, out_dir, launched.get("result") or {}, seed=int(resolved["seed"] or 0),
+        train_sample=sizes.train_sample, probe=bool(resolved["probe"]),
+        should_stop=ctx.should_stop,
+        progress=lambda done, total: ctx.progress(done, total, unit="puzzles"),
+    )  # fmt: skip
+    card.update(run_id=ctx.run_id, trainer="trm_grid", corpus_hash=resolved["corpus_hash"])
+    write_json_atomic(ctx.run_dir / SCORECARD, card)
+    write_samples(ctx.run_dir / SAMPLES, samples)
+    ctx.inputs.extend(p for p in corpus_dir.glob("*/puzzles.*") if p.is_file())
+    ctx.outputs.extend([ctx.run_dir / SCORECARD, ctx.run_dir / SAMPLES])
+    ctx.counters["examples_scored"] = card["n"]["train"] + card["n"]["anchor"]
+    for note in card["notes"]:
+        ctx.note(note)
+    show_best(ctx.card, card)
+    ctx.progress(
+        1, 1, unit="puzzles", current_anchor=card["anchor_score"],
+        current_train=card["train_score"], current_gap=card["generalization_gap"],
+    )  # fmt: skip
+    one_step = (card["references"].get("one_step") or {}).get("anchor_score") or {}
+    return {
+        **sc.headline(card),
+        "anchor_split": "anchor",
+        "n": card["n"],
+        "cell_accuracy": card["cell_accuracy"],
+        "one_step_anchor_score": one_step.get("value"),
+    }
 
 
 def evaluate_grid(

@@ -347,8 +347,10 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     """The trained model on the corpus's train sample and anchors (worker/evaluate/anchors.py):
     writes scorecard.json and samples.jsonl (one row per anchor example)."""
     resolved = resolved_config(ctx.run_id, ctx.settings, spec)
-    if resolved["trainer"] == "trm_grid":
-        return evaluate_puzzles(ctx, spec, resolved)
+    if resolved["trainer"] == "trm_grid":  # whole answers on held-out puzzles
+        from worker.evaluate.puzzles import evaluate_stage
+
+        return evaluate_stage(ctx, spec, resolved)
     corpus_dir = Path(resolved["corpus_dir"])
     train_path = corpus_dir / TRAIN_ROWS
     if not train_path.exists():
@@ -400,45 +402,6 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
         "anchor_split": split,
         "n": card["n"],
         "untrained_score": untrained["value"] if untrained else None,
-    }
-
-
-def evaluate_puzzles(
-    ctx: StageContext, spec: dict[str, Any], resolved: dict[str, Any]
-) -> dict[str, Any]:
-    """A trm_grid run: exact answers and cells on the anchor puzzles, against the one-step
-    reference (worker/evaluate/puzzles.py)."""
-    from worker.evaluate.puzzles import evaluate_grid
-
-    corpus_dir, out_dir = Path(resolved["corpus_dir"]), Path(resolved["output_dir"])
-    launched = json.loads((ctx.run_dir / "launch_trainer" / MANIFEST).read_text(encoding="utf-8"))
-    sizes = TrainEvaluateConfig.model_validate(spec.get("evaluate") or {})
-    card, samples = evaluate_grid(
-        corpus_dir, out_dir, launched.get("result") or {}, seed=int(resolved["seed"] or 0),
-        train_sample=sizes.train_sample, probe=bool(resolved["probe"]),
-        should_stop=ctx.should_stop,
-        progress=lambda done, total: ctx.progress(done, total, unit="puzzles"),
-    )  # fmt: skip
-    card.update(run_id=ctx.run_id, trainer="trm_grid", corpus_hash=resolved["corpus_hash"])
-    write_json_atomic(ctx.run_dir / SCORECARD, card)
-    write_samples(ctx.run_dir / SAMPLES, samples)
-    ctx.inputs.extend(p for p in corpus_dir.glob("*/puzzles.*") if p.is_file())
-    ctx.outputs.extend([ctx.run_dir / SCORECARD, ctx.run_dir / SAMPLES])
-    ctx.counters["examples_scored"] = card["n"]["train"] + card["n"]["anchor"]
-    for note in card["notes"]:
-        ctx.note(note)
-    show_best(ctx.card, card)
-    ctx.progress(
-        1, 1, unit="puzzles", current_anchor=card["anchor_score"],
-        current_train=card["train_score"], current_gap=card["generalization_gap"],
-    )  # fmt: skip
-    one_step = (card["references"].get("one_step") or {}).get("anchor_score") or {}
-    return {
-        **sc.headline(card),
-        "anchor_split": "anchor",
-        "n": card["n"],
-        "cell_accuracy": card["cell_accuracy"],
-        "one_step_anchor_score": one_step.get("value"),
     }
 
 

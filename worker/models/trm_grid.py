@@ -31,9 +31,9 @@ from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
 from core.rundir import TRM_CONFIG, TRM_MODEL, write_bytes_atomic, write_json_atomic
-from core.schemas.puzzles import GridTrainerConfig
+from core.schemas.puzzles import GRID_FORMAT, GridTrainerConfig
 
-FORMAT = "trm-grid-v1"
+FORMAT = GRID_FORMAT
 
 
 # ---- the one network ---------------------------------------------------------------------------
