@@ -3,6 +3,7 @@
     .venv/bin/python bench/quality.py [--families route,grid,rebalance,schedule,verify]
         [--seeds 0] [--gen-seeds N,N,...] [--draw 5] [--compressions full,keys,minimal]
         [--worlds 10] [--episodes 40] [--qlora] [--keep DIR] [--json FILE]
+        [--methods majority,tfidf-lr,gbdt,trm-1step,trm] [--variant NAME=JSON ...]
 
 A row is one (generation seed, state compression, family). The generation seeds are drawn fresh
 on each run (`--draw` of them, printed so a row can be rerun with `--gen-seeds`), never ones used
@@ -17,7 +18,9 @@ same anchor rows: `majority` (the most frequent action id), `gbdt` (the LightGBM
 `trm-1step` (n = T = N_sup = 1, the ablation), `trm` (the spec's defaults: the paper's recursion),
 `tfidf-lr` (a TF-IDF + logistic regression over the state's text in character n-grams, crossed
 with the candidate id: worker/evaluate/token_baseline.py), and with `--qlora` a SmolLM2 adapter
-on `route`. Anchor accuracy is the per-example mean over the
+on `route`; `--methods` leaves some out (majority and trm always run), and each `--variant
+NAME=JSON` adds a trm of that config as `trm:NAME`, scored on the same rows beside the default
+(how a trainer change is judged on fresh seeds). Anchor accuracy is the per-example mean over the
 seeds with its 95% interval; spread is max - min over seeds; rollouts in the anchor worlds give
 success and failure. The targets of the controller-quality issue are checked at the end.
 """
@@ -49,9 +52,13 @@ from worker.train.callbacks import TrainerCallbacks  # noqa: E402
 
 FAMILIES = ("route", "grid", "rebalance", "schedule", "verify")
 ONE_STEP = {"n_recursions": 1, "cycles": 1, "supervision_steps": 1}
+METHODS = ("majority", "tfidf-lr", "gbdt", "trm-1step", "trm")
+# `--variant NAME=JSON`: a trm trained with that config beside the default, as method `trm:NAME`.
+VARIANTS: dict[str, dict[str, Any]] = {}
 # The demo's sizing (`trm demo --qlora`), so the two report the same adapter.
-QLORA = json.loads((Path(__file__).resolve().parents[1] / "specs" / "train-routerbench-qlora.json")
-                   .read_text())["qlora"]  # fmt: skip
+QLORA = json.loads(
+    (Path(__file__).resolve().parents[1] / "specs" / "train-routerbench-qlora.json").read_text()
+)["qlora"]
 
 
 def corpus_for(
@@ -59,8 +66,7 @@ def corpus_for(
 ) -> Path:
     play = root / f"play-{family}-{gen_seed}"
     if not play.exists():
-        generate(play, families=[family], worlds=args.worlds, episodes=args.episodes,
-                 seed=gen_seed)  # fmt: skip
+        generate(play, families=[family], worlds=args.worlds, episodes=args.episodes, seed=gen_seed)
     worlds = sorted(p.name for p in (play / "worlds").iterdir())
     spec = {
         "sources": [{"type": "trm_play_root", "name": family, "path": str(play)}],
@@ -94,7 +100,7 @@ def train_method(method: str, corpus: Path, out: Path, seed: int) -> tuple[Polic
     elif method.startswith("trm"):
         from worker.train import trm
 
-        config = ONE_STEP if method == "trm-1step" else {}
+        config = ONE_STEP if method == "trm-1step" else VARIANTS.get(method, {})
         trm.train(config, corpus, out, TrainerCallbacks(), seed=seed)
         ref = {"type": "trm", "path": str(out)}
     else:
@@ -102,11 +108,22 @@ def train_method(method: str, corpus: Path, out: Path, seed: int) -> tuple[Polic
         from worker.train import qlora
 
         cache = Path(tempfile.gettempdir()) / "trm-quality-models"
-        qlora.train({**QLORA, "base_model": BUILTIN}, corpus, out, TrainerCallbacks(),
-                    seed=seed, contract="action_only", probe=False,
-                    model_cache=cache)  # fmt: skip
-        ref = {"type": "qlora", "path": str(out / "adapter"), "contract": "action_only",
-               "model_cache": str(cache)}  # fmt: skip
+        qlora.train(
+            {**QLORA, "base_model": BUILTIN},
+            corpus,
+            out,
+            TrainerCallbacks(),
+            seed=seed,
+            contract="action_only",
+            probe=False,
+            model_cache=cache,
+        )
+        ref = {
+            "type": "qlora",
+            "path": str(out / "adapter"),
+            "contract": "action_only",
+            "model_cache": str(cache),
+        }
     seconds = time.perf_counter() - started
     return load_policy(ref), seconds
 
@@ -127,13 +144,20 @@ def measure(
             per_example[i].append(float(sample["correct"]))
         successes = [w.get("success_rate", {}) for w in card["per_world"].values()]
         ok = [s["value"] for s in successes if s and s.get("value") is not None]
-        runs.append({
-            "seed": seed, "anchor": card["anchor_score"], "seconds": seconds,
-            "failure": card["scores"]["failure_rate"]["value"],
-            "success": sum(ok) / len(ok) if ok else None,
-        })  # fmt: skip
-        print(f"  {method:10} seed {seed}: anchor {card['anchor_score']:.3f} "
-              f"failure {runs[-1]['failure']} train {seconds:.1f}s", file=sys.stderr)  # fmt: skip
+        runs.append(
+            {
+                "seed": seed,
+                "anchor": card["anchor_score"],
+                "seconds": seconds,
+                "failure": card["scores"]["failure_rate"]["value"],
+                "success": sum(ok) / len(ok) if ok else None,
+            }
+        )
+        print(
+            f"  {method:10} seed {seed}: anchor {card['anchor_score']:.3f} "
+            f"failure {runs[-1]['failure']} train {seconds:.1f}s",
+            file=sys.stderr,
+        )
     averaged = [sum(v) / len(v) for v in per_example]
     anchor = sc.score(averaged)
     scores = [r["anchor"] for r in runs]
@@ -179,27 +203,54 @@ def checks(results: dict[str, dict[str, dict[str, Any]]]) -> list[tuple[str, boo
     """The controller-quality issue's targets, each with what was measured."""
     out = []
     for family, m in results.items():
-        trm, gbdt, major = m["trm"], m["gbdt"], m["majority"]
-        t, g = trm["anchor"]["value"], gbdt["anchor"]["value"]
-        out.append((f"{family}: trm >= gbdt - 0.02", t >= g - 0.02, f"{t:.3f} vs {g:.3f}"))
+        trm, major = m["trm"], m["majority"]
+        t = trm["anchor"]["value"]
+        if "gbdt" in m:
+            g = m["gbdt"]["anchor"]["value"]
+            out.append((f"{family}: trm >= gbdt - 0.02", t >= g - 0.02, f"{t:.3f} vs {g:.3f}"))
         above = t > major["anchor"]["value"] and not sc.overlaps(trm["anchor"], major["anchor"])
-        out.append((f"{family}: trm above majority, intervals apart", above,
-                    f"{trm['anchor']['ci95']} vs {major['anchor']['ci95']}"))  # fmt: skip
-        out.append((f"{family}: trm trains in <= 120 s", (trm["seconds"] or 0) <= 120,
-                    f"{_fmt(trm['seconds'], 1)} s"))  # fmt: skip
-        if family in ("grid", "schedule"):
+        out.append(
+            (
+                f"{family}: trm above majority, intervals apart",
+                above,
+                f"{trm['anchor']['ci95']} vs {major['anchor']['ci95']}",
+            )
+        )
+        out.append(
+            (
+                f"{family}: trm trains in <= 120 s",
+                (trm["seconds"] or 0) <= 120,
+                f"{_fmt(trm['seconds'], 1)} s",
+            )
+        )
+        if family in ("grid", "schedule") and "trm-1step" in m:
             gain = t - m["trm-1step"]["anchor"]["value"]
             spread = max(trm["spread"], m["trm-1step"]["spread"])
-            out.append((f"{family}: recursion beats 1-step by more than the seed spread",
-                        gain > spread, f"{gain:+.3f} vs spread {spread:.3f}"))  # fmt: skip
+            out.append(
+                (
+                    f"{family}: recursion beats 1-step by more than the seed spread",
+                    gain > spread,
+                    f"{gain:+.3f} vs spread {spread:.3f}",
+                )
+            )
         if family in ("route", "rebalance"):
             fail = trm["failure"]
-            out.append((f"{family}: trm rollout failure <= 0.10", fail is not None and fail <= 0.1,
-                        _fmt(fail)))  # fmt: skip
+            out.append(
+                (
+                    f"{family}: trm rollout failure <= 0.10",
+                    fail is not None and fail <= 0.1,
+                    _fmt(fail),
+                )
+            )
     if "route" in results:
         r = results["route"]["trm"]
-        out.append(("route: trm anchors >= 0.95", r["anchor"]["value"] >= 0.95,
-                    f"{r['anchor']['value']:.3f}"))  # fmt: skip
+        out.append(
+            (
+                "route: trm anchors >= 0.95",
+                r["anchor"]["value"] >= 0.95,
+                f"{r['anchor']['value']:.3f}",
+            )
+        )
         out.append(("route: trm seed spread <= 0.03", r["spread"] <= 0.03, f"{r['spread']:.3f}"))
     return out
 
@@ -225,7 +276,7 @@ def mean_rows(rows: list[tuple[int, str, Results]]) -> Results:
                 "failure": _mean([r["failure"] for r in runs]),
                 "success": _mean([r["success"] for r in runs]),
                 "seconds": _mean([r["seconds"] for r in runs]),
-            }  # fmt: skip
+            }
     return out
 
 
@@ -242,11 +293,16 @@ def below_majority(rows: list[tuple[int, str, Results]]) -> list[str]:
 
 def write_json(path: Path, rows: list[tuple[int, str, Results]]) -> None:
     plain = [
-        {"gen_seed": g, "compression": c,
-         "families": {f: {m: {k: v for k, v in r.items() if k != "per_example"}
-                          for m, r in ms.items()} for f, ms in res.items()}}
+        {
+            "gen_seed": g,
+            "compression": c,
+            "families": {
+                f: {m: {k: v for k, v in r.items() if k != "per_example"} for m, r in ms.items()}
+                for f, ms in res.items()
+            },
+        }
         for g, c, res in rows
-    ]  # fmt: skip
+    ]
     path.write_text(json.dumps({"rows": plain}, indent=2))
 
 
@@ -256,16 +312,32 @@ def main() -> int:
     parser.add_argument("--seeds", default="0", help="training seeds per row (spread needs 2+)")
     parser.add_argument("--gen-seeds", help="generation seeds (default: --draw fresh ones)")
     parser.add_argument("--draw", type=int, default=5, help="fresh generation seeds to draw")
-    parser.add_argument("--compressions", default="full,keys,minimal",
-                        help="the corpus knob state_compression, one row each")  # fmt: skip
+    parser.add_argument(
+        "--compressions",
+        default="full,keys,minimal",
+        help="the corpus knob state_compression, one row each",
+    )
     parser.add_argument("--worlds", type=int, default=10)
     parser.add_argument("--episodes", type=int, default=40)
     parser.add_argument("--rollout-episodes", type=int, default=20)
     parser.add_argument("--qlora", action="store_true", help="also a SmolLM2 adapter on route")
+    parser.add_argument(
+        "--methods", default=",".join(METHODS), help="which of the methods (majority and trm kept)"
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help='NAME=JSON: also a trm of that config, as method trm:NAME (e.g. drop={"dropout":0.1})',
+    )
     parser.add_argument("--keep", type=Path, help="keep the data and models here")
     parser.add_argument("--json", type=Path, help="also write the results as JSON")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
+    for variant in args.variant:
+        name, _, config = variant.partition("=")
+        VARIANTS[f"trm:{name}"] = json.loads(config)
+    chosen = [m for m in METHODS if m in args.methods.split(",") or m in ("majority", "trm")]
     if args.gen_seeds:
         gen_seeds = [int(s) for s in args.gen_seeds.split(",")]
     else:  # fresh each run: a figure that holds only at a seed someone tuned on is found out
@@ -274,8 +346,11 @@ def main() -> int:
     bad = sorted(set(compressions) - {"full", "keys", "minimal"})
     if bad:
         parser.error(f"--compressions: {bad[0]!r} is not one of full, keys, minimal")
-    print(f"generation seeds: {','.join(map(str, gen_seeds))}; compressions: "
-          f"{','.join(compressions)}; training seeds: {args.seeds}", file=sys.stderr)  # fmt: skip
+    print(
+        f"generation seeds: {','.join(map(str, gen_seeds))}; compressions: "
+        f"{','.join(compressions)}; training seeds: {args.seeds}",
+        file=sys.stderr,
+    )
     root = args.keep or Path(tempfile.mkdtemp(prefix="trm-quality-"))
     rows: list[tuple[int, str, Results]] = []
     try:
@@ -286,7 +361,7 @@ def main() -> int:
                     print(f"{family} @ gen seed {gen_seed} / {compression}:", file=sys.stderr)
                     corpus = corpus_for(root, family, gen_seed, compression, args)
                     spec = json.loads((corpus / "manifest.json").read_text())["spec"]
-                    methods = ["majority", "tfidf-lr", "gbdt", "trm-1step", "trm"]
+                    methods = [*chosen, *VARIANTS]
                     if args.qlora and family == "route":
                         methods.append("qlora")
                     work = root / f"{family}-{gen_seed}-{compression}"
@@ -305,18 +380,33 @@ def main() -> int:
         print(table(results, seeds))
         print()
     mean = mean_rows(rows)
-    print(f"### mean over {len(rows)} rows ({len(gen_seeds)} generation seeds x "
-          f"{len(compressions)} compressions)\n")  # fmt: skip
+    print(
+        f"### mean over {len(rows)} rows ({len(gen_seeds)} generation seeds x "
+        f"{len(compressions)} compressions)\n"
+    )
     print(table(mean, seeds))
     print()
     for name, ok, measured in checks(mean):
         print(f"{'PASS' if ok else 'MISS'}  {name}: {measured}")
     for family, m in mean.items():
-        t, ref = m["trm"]["anchor"]["value"], m["tfidf-lr"]["anchor"]["value"]
-        print(f"{'PASS' if t >= ref else 'MISS'}  {family}: trm >= tfidf-lr: {t:.3f} vs {ref:.3f}")
+        if "tfidf-lr" in m:
+            t, ref = m["trm"]["anchor"]["value"], m["tfidf-lr"]["anchor"]["value"]
+            ok = "PASS" if t >= ref else "MISS"
+            print(f"{ok}  {family}: trm >= tfidf-lr: {t:.3f} vs {ref:.3f}")
+        for name in VARIANTS:  # each variant beside the default, on the same rows
+            v, t = m[name]["anchor"]["value"], m["trm"]["anchor"]["value"]
+            low = sum(
+                r[family][name]["anchor"]["value"] < r[family]["majority"]["anchor"]["value"]
+                for _, _, r in rows
+                if family in r
+            )
+            g = f", gbdt {m['gbdt']['anchor']['value']:.3f}" if "gbdt" in m else ""
+            print(f"{name} on {family}: {v:.3f} (trm {t:.3f}{g}); rows under majority: {low}")
     low = below_majority(rows)
-    print(f"{'MISS' if low else 'PASS'}  no row leaves the trm below majority"
-          + (": " + "; ".join(low) if low else ""))  # fmt: skip
+    print(
+        f"{'MISS' if low else 'PASS'}  no row leaves the trm below majority"
+        + (": " + "; ".join(low) if low else "")
+    )
     if args.json:
         write_json(args.json, rows)
     return 0
