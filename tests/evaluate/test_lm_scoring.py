@@ -1,46 +1,38 @@
 """Candidate scoring on a real trained adapter: SmolLM2-135M (the built-in base, 4-bit) with a
-`qlora` adapter trained here on `route` play logs, scored on an unseen anchor world.
+`qlora` adapter trained on `route` play logs (the session's one, tests/train/smol_adapter.py),
+scored on an unseen anchor world.
 
-The adapter is trained once per module, as cheaply as still teaches the model to answer with a
-candidate id: short states (two of the request's fields), route tags shared across worlds, 6
-steps of 4 rows, sequences under 160 tokens (about 50 s of training on an idle 2-core CPU; 3
-steps were already enough here, 6 leave a margin); 8 anchor rows are compared (about 20 s of
-greedy generation). So little training teaches the answer's
-form, not the routing: such an adapter tends to answer the same route on most rows. Accuracy is
-not the point here; that the pick scoring reads off the log-likelihoods is the one the model
-says, and that those are the trained tokens' exact log-likelihoods, is. Set
+8 anchor rows are compared (about 20 s of greedy generation). So little training teaches the
+answer's form, not the routing: such an adapter tends to answer the same route on most rows.
+Accuracy is not the point here; that the pick scoring reads off the log-likelihoods is the one
+the model says, and that those are the trained tokens' exact log-likelihoods, is. Set
 TRM_TEST_MODEL_CACHE to a folder to keep the converted SmolLM2 between test sessions.
 """
 
-# ruff: noqa: F811 (the imported model_cache fixture is named as an argument)
+# ruff: noqa: F811 (the imported fixtures are named as arguments)
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from core.schemas.corpus import CorpusSpec
 from tests.train.qlora_fixtures import model_cache  # noqa: F401
-from worker.corpus import build_corpus
-from worker.envs import generate
+from tests.train.smol_adapter import SmolAdapter, smol_adapter  # noqa: F401
 from worker.evaluate.lm_scoring import LmPolicy
 from worker.evaluate.policies import load_policy
 from worker.evaluate.samples import read_jsonl
 from worker.models import lm
 from worker.models.policy import argmax
-from worker.train import qlora
-from worker.train.callbacks import TrainerCallbacks
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-# The module takes about 80 s on an idle 2-core machine, several times that on a busy one.
+# The module takes about 30 s on an idle 2-core machine once the session's adapter is trained,
+# several times that on a busy one.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-ANCHOR = "route-s0-w3"
 # The scores are checked against whole-sequence passes in float32, where a batched pass with a
 # shared prefix rounds the same to ~1e-5 nats. In bf16 (what this CPU computes in, see
 # lm.device_and_dtype) the two round apart by up to 0.03 nats per answer token on an AMX CPU
@@ -48,44 +40,17 @@ ANCHOR = "route-s0-w3"
 # would be off by nats.
 LOGP_TOLERANCE = (2.5e-4, 1e-4)  # (absolute per answer token, relative)
 ROWS = 8  # anchor rows compared (generation is the slow part: ~2.5 s a row on 2 cores)
-# The cheapest training found that makes the model answer with a candidate id on unseen rows.
-TRAINING = {"max_steps": 6, "micro_batch": 4, "grad_accum": 1, "lr": 2e-3, "max_seq_len": 160,
-            "eval_every": 10**6, "checkpoint_every": 10**6}  # fmt: skip
-STATE_FIELDS = ["observation.request.prompt_text", "observation.budget_left"]
 
 
 @pytest.fixture(scope="module")
-def trained(
-    tmp_path_factory: pytest.TempPathFactory, model_cache: Path
-) -> tuple[LmPolicy, list[dict[str, Any]], dict[str, Any]]:
+def trained(smol_adapter: SmolAdapter) -> tuple[LmPolicy, list[dict[str, Any]], dict[str, Any]]:
     """(the trained adapter loaded as a policy, anchor rows of a world it never saw, its ref)."""
-    cache = model_cache  # the session's one converted SmolLM2 (tests/train/qlora_fixtures.py)
-    root = tmp_path_factory.mktemp("lm-route")
-    generate(root / "play", families=["route"], worlds=4, episodes=8, seed=0,
-             formats=["reasoning_trace"])  # fmt: skip
-    source = {
-        "type": "jsonl", "mode": "reasoning_trace", "name": "route",
-        "path": str(root / "play" / "reasoning_traces.jsonl"), "state_fields": STATE_FIELDS,
-        "tools_field": "options.ids", "tags_field": "options.tags",
-        "action_field": "decision.action",
-        "meta_fields": ["meta.world_id", "meta.family", "meta.run", "meta.episode", "meta.turn",
-                        "meta.kind"],
-    }  # fmt: skip
-    # Every world names the routes its own way; the shared tags make the unseen world readable.
-    knobs = {"namespace_normalization": "auto"}
-    spec = {"sources": [source], "contract": "action_only", "knobs": knobs,
-            "split": {"by": "env", "anchor": [ANCHOR]}}  # fmt: skip
-    build_corpus(CorpusSpec.model_validate(spec), root / "corpus")
-    result = qlora.train(
-        TRAINING, root / "corpus", root / "trainer", TrainerCallbacks(),
-        seed=0, contract="action_only", probe=False, model_cache=cache,
-    )  # fmt: skip
-    assert result["rows_truncated"] == 0
-    ref = {"type": "qlora", "path": str(root / "trainer" / "adapter"),
-           "contract": "action_only", "model_cache": str(cache)}  # fmt: skip
+    assert smol_adapter.result["rows_truncated"] == 0
+    ref = {"type": "qlora", "path": str(smol_adapter.adapter), "contract": "action_only",
+           "model_cache": str(smol_adapter.model_cache)}  # fmt: skip
     policy = load_policy(ref)
     assert isinstance(policy, LmPolicy)
-    rows = read_jsonl(root / "corpus" / "anchor.jsonl")[:ROWS]
+    rows = read_jsonl(smol_adapter.corpus / "anchor.jsonl")[:ROWS]
     assert len(rows) == ROWS
     return policy, rows, ref
 

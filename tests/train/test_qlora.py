@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tests.train.qlora_fixtures import TINY_LLAMA, model_cache, qlora_corpus  # noqa: F401
+from tests.train.smol_adapter import is_lora, smol_adapter  # noqa: F401
 
 # ruff: noqa: F811 (pytest fixtures imported above are named as test arguments)
 from worker.context import StageFailure
@@ -22,9 +23,9 @@ from worker.train import chat_data, checkpoints, qlora
 from worker.train.callbacks import TrainerCallbacks
 from worker.train.state_io import load_state
 
-# The SmolLM2 fixtures train for minutes on a busy 2-core machine (setup counts in the timeout).
+# The session's SmolLM2 adapter trains for minutes on a busy 2-core machine (setup counts in the
+# timeout, waiting for another test process that trains it included).
 pytestmark = pytest.mark.timeout(900)
-SMOL = {"micro_batch": 2, "grad_accum": 1, "max_seq_len": 160, "lr": 1e-3}
 TINY = {"base_model": TINY_LLAMA, "micro_batch": 2, "grad_accum": 2, "max_seq_len": 128}
 
 
@@ -33,32 +34,6 @@ def train(config, corpus, out, cache, callbacks=None, probe=False) -> dict[str, 
         config, corpus, out, callbacks or TrainerCallbacks(),
         seed=0, contract="action_only", probe=probe, model_cache=cache,
     )  # fmt: skip
-
-
-def small_corpus(corpus: Path, out: Path, rows: int = 4) -> Path:
-    """The first `rows` rows of the real corpus, used for both train and val (so the val loss
-    shows whether the model learned what it was shown)."""
-    out.mkdir(parents=True, exist_ok=True)
-    lines = (corpus / "messages.jsonl").read_text().splitlines()[:rows]
-    for name in ("messages.jsonl", "messages_val.jsonl"):
-        (out / name).write_text("\n".join(lines) + "\n")
-    return out
-
-
-def is_lora(name: str) -> bool:
-    return "lora_" in name
-
-
-def base_state(model) -> dict[str, torch.Tensor]:
-    """Every non-LoRA weight, the packed 4-bit bytes and their quantization scales included."""
-    tensors = [*model.named_parameters(), *model.named_buffers()]
-    state = {n: t.detach().clone() for n, t in tensors if not is_lora(n)}
-    for name, module in model.named_modules():
-        weight = getattr(module, "weight", None)
-        quant = getattr(weight, "quant_state", None) or getattr(module, "quant_state", None)
-        if quant is not None:
-            state[name + ".absmax"] = quant.absmax.detach().clone()
-    return state
 
 
 class StopAt(TrainerCallbacks):
@@ -213,106 +188,6 @@ def test_two_workers_starting_at_once_convert_once(tmp_path, model_cache, monkey
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == [BUILTIN]
 
 
-# ---- training SmolLM2 --------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def smol_run(qlora_corpus, model_cache, tmp_path_factory):
-    """Six steps of SmolLM2 on 4 rows (val = the same rows); keeps the in-memory model and a copy
-    of its base weights from before training."""
-    root = tmp_path_factory.mktemp("smol-run")
-    corpus = small_corpus(qlora_corpus, root / "corpus")
-    seen: dict[str, Any] = {}
-    build = lm.build_lora_model
-
-    def recording_build(*args: Any) -> Any:
-        seen["model"] = model = build(*args)
-        lora = {n: p.detach().clone() for n, p in model.named_parameters() if is_lora(n)}
-        seen["lora_before"] = lora
-        seen["base_before"] = base_state(model)
-        return model
-
-    lm.build_lora_model = recording_build
-    try:
-        callbacks = TrainerCallbacks()
-        config = {**SMOL, "max_steps": 6, "eval_every": 3, "checkpoint_every": 3}
-        result = train(config, corpus, root / "out", model_cache, callbacks)
-    finally:
-        lm.build_lora_model = build
-    return {**seen, "result": result, "callbacks": callbacks, "out": root / "out", "corpus": corpus}
-
-
-@pytest.mark.slow
-def test_quantized_layers_are_4bit_nf4_with_double_quant(smol_run):
-    import bitsandbytes as bnb
-
-    model = smol_run["model"]
-    layers = {n: m for n, m in model.named_modules() if isinstance(m, bnb.nn.Linear4bit)}
-    assert len(layers) == 30 * 7  # q k v o gate up down in each of the 30 blocks
-    for module in layers.values():
-        quant = module.weight.quant_state
-        assert quant.quant_type == "nf4"
-        assert quant.nested  # double quant: the scales are quantized too
-        assert module.weight.dtype == torch.uint8
-    lora_targets = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if hasattr(m, "lora_A")}
-    assert lora_targets == {"q_proj", "k_proj", "v_proj", "o_proj"}
-
-
-@pytest.mark.slow
-def test_training_changes_only_the_lora_weights(smol_run):
-    model = smol_run["model"]
-    after = base_state(model)
-    before = smol_run["base_before"]
-    assert after.keys() == before.keys()
-    changed = [n for n in before if not torch.equal(before[n], after[n])]
-    assert changed == []
-    lora_after = {n: p for n, p in model.named_parameters() if is_lora(n)}
-    moved = [n for n, p in lora_after.items() if not torch.equal(p, smol_run["lora_before"][n])]
-    assert len(moved) == len(lora_after)  # every LoRA matrix learned something
-    assert all(p.requires_grad for p in lora_after.values())
-    assert not any(p.requires_grad for n, p in model.named_parameters() if not is_lora(n))
-
-
-@pytest.mark.slow
-def test_loss_on_the_assistant_tokens_falls(smol_run):
-    result, callbacks = smol_run["result"], smol_run["callbacks"]
-    evals = [e["loss"] for e in callbacks.evals]
-    assert [e["step"] for e in callbacks.evals] == [0, 3, 6]
-    assert evals[-1] < 0.5 * evals[0], evals
-    assert result["eval_loss"] == evals[-1]
-    assert [s["step"] for s in callbacks.steps] == [1, 2, 3, 4, 5, 6]
-    assert all(s["total"] == 6 and s["tokens_per_s"] > 0 and s["lr"] > 0 for s in callbacks.steps)
-    assert result["steps"] == 6 and result["stopped_by"] is None
-    assert result["rows_trained"] == 12  # 6 steps x 2 sequences of one (truncated) row each
-    assert result["tokens_trained"] == 6 * 2 * 160
-    assert result["peak_rss_bytes"] > 0 and result["peak_vram_bytes"] is None
-
-
-@pytest.mark.slow
-def test_the_adapter_reloads_onto_a_4bit_base_with_the_same_logits(smol_run, model_cache):
-    out, model = smol_run["out"], smol_run["model"].eval()
-    adapter = out / "adapter"
-    reloaded, tokenizer = lm.load_adapter(adapter, model_cache)
-    row = chat_data.read_messages(smol_run["corpus"] / "messages.jsonl")[0]
-    prompt = row["messages"][:-1]
-    text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"][:, -96:]
-    with torch.no_grad():
-        trained = model(input_ids=ids).logits
-        again = reloaded(input_ids=ids).logits
-        with reloaded.disable_adapter():
-            base = reloaded(input_ids=ids).logits
-    assert torch.allclose(trained, again, atol=1e-4)
-    assert (trained - base).abs().max() > 1e-2  # the adapter does change the model
-
-    meta = json.loads((out / "run_meta.json").read_text())
-    assert meta["seed"] == 0 and meta["hyperparameters"]["r"] == 16
-    assert len(meta["messages_sha256"]["train"]) == 64
-    assert set(meta["versions"]) >= {"torch", "transformers", "peft", "bitsandbytes"}
-    assert str(adapter) in smol_run["result"]["artifacts"]
-    config = json.loads((adapter / "adapter_config.json").read_text())
-    assert config["base_model_name_or_path"] == BUILTIN
-    assert (adapter / "tokenizer_config.json").exists()
-
-
 # ---- mechanics on the tiny Llama ---------------------------------------------------------------
 def test_resume_continues_from_the_saved_optimizer_state(qlora_corpus, model_cache, tmp_path):
     config = {**TINY, "max_steps": 4, "checkpoint_every": 10, "eval_every": 10}
@@ -444,3 +319,82 @@ def test_a_row_whose_answer_does_not_fit_is_dropped_not_trained_on_nothing(
     longest = chat_data.encode(tokenizer, rows, 4096).longest
     assert "max_seq_len=2" in caught.value.reason
     assert f"the longest row is {longest} tokens: raise max_seq_len" in caught.value.reason
+
+
+# ---- training SmolLM2 (the session's adapter, tests/train/smol_adapter.py; last in the module,
+# so that the process training it for tests/evaluate/test_lm_scoring.py is done or nearly) -----
+@pytest.mark.slow
+def test_quantized_layers_are_4bit_nf4_with_double_quant(smol_adapter):
+    record = smol_adapter.record
+    layers = record["linear4bit"]
+    assert len(layers) == 30 * 7  # q k v o gate up down in each of the 30 blocks
+    for layer in layers:
+        assert layer["quant_type"] == "nf4"
+        assert layer["nested"]  # double quant: the scales are quantized too
+        assert layer["dtype"] == str(torch.uint8)
+    assert set(record["lora_targets"]) == {"q_proj", "k_proj", "v_proj", "o_proj"}
+
+
+@pytest.mark.slow
+def test_training_changes_only_the_lora_weights(smol_adapter):
+    record = smol_adapter.record
+    after, before = record["base_after"], record["base_before"]
+    assert after.keys() == before.keys()
+    changed = [n for n in before if before[n] != after[n]]
+    assert changed == []
+    lora_after, lora_before = record["lora_after"], record["lora_before"]
+    assert lora_after.keys() == lora_before.keys()
+    moved = [n for n in lora_after if lora_after[n] != lora_before[n]]
+    assert len(moved) == len(lora_after) > 0  # every LoRA matrix learned something
+    requires_grad = record["requires_grad"]
+    assert all(requires_grad[n] for n in lora_after)
+    assert not any(grad for n, grad in requires_grad.items() if not is_lora(n))
+
+
+@pytest.mark.slow
+def test_loss_on_the_assistant_tokens_falls(smol_adapter):
+    """On the val rows: another world than the trained ones, whose routes the shared tags name."""
+    result, record = smol_adapter.result, smol_adapter.record
+    evals = [e["loss"] for e in record["evals"]]
+    assert [e["step"] for e in record["evals"]] == [0, 3, 6]
+    assert evals[-1] < 0.5 * evals[0], evals
+    assert result["eval_loss"] == evals[-1]
+    steps = record["steps"]
+    assert [s["step"] for s in steps] == [1, 2, 3, 4, 5, 6]
+    assert all(s["total"] == 6 and s["tokens_per_s"] > 0 and s["lr"] > 0 for s in steps)
+    assert result["steps"] == 6 and result["stopped_by"] is None
+    # 6 steps x 4 sequences, each one whole row (118-129 tokens: two do not fit in 160)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smol_adapter.model_cache / BUILTIN)
+    rows = chat_data.read_messages(smol_adapter.corpus / "messages.jsonl")
+    lengths = [len(e.ids) for e in chat_data.encode(tokenizer, rows, 160).examples]
+    trained = chat_data.plan_epoch(lengths, 160, True, 0, 0)[: 6 * 4]
+    assert result["rows_trained"] == sum(map(len, trained)) == 24
+    assert result["rows_truncated"] == 0
+    tokens = sum(lengths[i] for sequence in trained for i in sequence)
+    assert result["tokens_trained"] == tokens == sum(s["tokens"] for s in steps)
+    assert result["peak_rss_bytes"] > 0 and result["peak_vram_bytes"] is None
+
+
+@pytest.mark.slow
+def test_the_adapter_reloads_onto_a_4bit_base_with_the_same_logits(smol_adapter):
+    out, adapter = smol_adapter.out, smol_adapter.adapter
+    reloaded, _ = lm.load_adapter(adapter, smol_adapter.model_cache)
+    kept = torch.load(smol_adapter.logits)  # the trained model's, in the training process
+    ids, trained = kept["input_ids"], kept["logits"]
+    with torch.no_grad():
+        again = reloaded(input_ids=ids).logits
+        with reloaded.disable_adapter():
+            base = reloaded(input_ids=ids).logits
+    assert torch.allclose(trained, again, atol=1e-4)
+    assert (trained - base).abs().max() > 1e-2  # the adapter does change the model
+
+    meta = json.loads((out / "run_meta.json").read_text())
+    assert meta["seed"] == 0 and meta["hyperparameters"]["r"] == 16
+    assert len(meta["messages_sha256"]["train"]) == 64
+    assert set(meta["versions"]) >= {"torch", "transformers", "peft", "bitsandbytes"}
+    assert str(adapter) in smol_adapter.result["artifacts"]
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == BUILTIN
+    assert (adapter / "tokenizer_config.json").exists()
