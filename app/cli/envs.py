@@ -84,9 +84,8 @@ def list_families(args: argparse.Namespace) -> int:
     width = max(len(name) for name in [*SUMMARIES, *PUZZLES])
     for name, summary in SUMMARIES.items():
         print(f"{name:<{width}}  {summary}")
-    print("whole-answer puzzles (a puzzle set for trainer trm_grid):")
-    for name, family in PUZZLES.items():
-        print(f"{name:<{width}}  {family.summary}")
+    for name, family in PUZZLES.items():  # whole-answer puzzles: a set, not play logs
+        print(f"{name:<{width}}  [puzzle set, trainer trm_grid] {family.summary}")
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ def run(argv: list[str]) -> int:
 def test_list_names_every_family(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["envs", "list"]) == 0
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
-    assert names == ["route", "grid", "rebalance", "schedule", "verify"]
+    assert names == ["route", "grid", "rebalance", "schedule", "verify", "sudoku", "maze"]
 
 
 def test_generate_writes_the_play_root_and_says_what_it_wrote(
@@ -105,3 +106,17 @@ def test_bench_materializes_a_shipped_bench_and_names_its_anchors(
     assert str(tmp_path / "benches" / "routerbench") in said and "route-s1000-w8" in said
     assert run(["envs", "bench", "nope", "--data-dir", str(tmp_path)]) == 2
     assert "name: no bench 'nope'" in capsys.readouterr().err
+
+
+def test_generate_writes_a_puzzle_set_and_names_its_corpus_source(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["envs", "generate", "--families", "sudoku", "--side", "4", "--givens", "6",
+            "--technique", "any", "--count", "5", "--out", str(tmp_path)]  # fmt: skip
+    assert run(argv) == 0
+    meta = json.loads((tmp_path / "sudoku" / "puzzles.json").read_text())
+    assert meta["count"] == 5 and meta["params"]["side"] == 4
+    said = capsys.readouterr().out
+    assert f'"type": "puzzles", "name": "sudoku", "path": "{tmp_path / "sudoku"}"' in said
+    assert run(argv) == 2  # not replaced without --force
+    assert "already holds a puzzle set" in capsys.readouterr().err
