@@ -119,6 +119,7 @@ def test_bad_puzzle_knobs_are_refused_at_submit_naming_the_field(
         (grid_spec(settings.data_dir), "corpus.sources[0].path"),  # a folder with no set
         ({**grid_spec(path), "trainer": "trm"}, "corpus"),
         (grid_spec(path, max_steps=10**9), "trm_grid.max_steps"),
+        ({"kind": "hillclimb", "base": {**grid_spec(path), "kind": "train"}}, "base"),
     ]
     for spec, field in cases:
         response = service.http.post("/runs", json=spec)
