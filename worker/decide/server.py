@@ -3,15 +3,16 @@ that answers `POST /decide` with a promoted controller's decisions. The API forw
 `POST /controllers/{name}/decide` here (TRM_DECIDE_URL) and never loads a model itself.
 
 - **Resolution**: `name` is the live version, read from the registry tables once per call (one
-  small query of the name's row; a version's own row never changes once promoted, so it is read
-  once and kept), so every row of a call is decided by one version and a promotion or a rollback
-  is seen by the first call that starts after its commit. The name's row is read, the version
-  loaded and the rows checked in one trip to a worker thread; the event loop never waits on
-  the database.
-- **Calls decided together**: calls for one loaded version that arrive while it is deciding
-  wait for it and are then decided as one batch (up to `BATCH_ROWS` rows, each call's rows
-  together), each answered with its own rows' decisions. A lone call is decided at once; under
-  load a forward serves many calls (a trm's forward of 64 rows costs a few of one row's).
+  small query of the name's row, started after the call arrived; a version's own row never
+  changes once promoted, so it is read once and kept), so every row of a call is decided by one
+  version and a promotion or a rollback is seen by the first call that starts after its commit.
+  The event loop never waits on the database.
+- **Calls served together** (`Dispatcher`): calls that arrive while the process is serving
+  others wait, and are then served in one trip to a worker thread: one query per name asked,
+  each version loaded once, the rows checked, and a version's calls decided as one batch (up to
+  `BATCH_ROWS` rows, each call's rows together), each answered with its own rows' decisions. A
+  lone call is served at once; under load one query and one forward serve many calls (a trm's
+  forward of 64 rows costs a few of one row's).
 - **Warm versions**: loaded controllers are kept, most recently used last, at most
   TRM_DECIDE_CACHE (8) of them. Every `POLL_S` the process reads each name's live version (one
   small query) and loads the ones that moved, so the first call after a promotion or a rollback
@@ -42,6 +43,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +58,6 @@ from starlette.routing import Route
 
 from core.controllers import (
     DecideIn,
-    DecideOut,
-    DecisionOut,
     get_version,
     live_versions,
     parse_ref,
@@ -140,23 +140,42 @@ class Versions:
             return controller
 
 
-class Batcher:
-    """Calls for one loaded version decided together: a call arriving while the version decides
-    waits, and everything waiting then goes in one forward (up to `BATCH_ROWS` rows; a larger
-    call alone). Runs on the event loop; the forward in a worker thread."""
+@dataclass
+class Call:
+    """One `/decide` call waiting for the dispatcher: what it asks and where its answer goes."""
 
-    def __init__(self, controller: Controller) -> None:
-        self.controller = controller
-        self._waiting: list[tuple[list[DecideRow], asyncio.Future[list[Decision]]]] = []
+    name: str
+    version: int | None
+    rows: list[DecideRow]
+    answer: asyncio.Future[Answered]
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A call's routing, its loaded version and its decisions (None for a call with a shadow
+    version: the handler decides it with both at once)."""
+
+    routing: Routing
+    controller: Controller
+    decisions: list[Decision] | None
+
+
+class Dispatcher:
+    """Every call that arrives while the process is serving others waits, and then all of them
+    are served in one trip to a worker thread (`DecideService.serve`): their names resolved
+    (one query a name, started after each of those calls arrived, so a promotion committed
+    before a call is seen by it), their versions loaded, their rows checked and decided, a
+    version's calls together in forwards of up to `BATCH_ROWS` rows. A lone call is served at
+    once. Runs on the event loop."""
+
+    def __init__(self, service: DecideService) -> None:
+        self.service = service
+        self._waiting: list[Call] = []
         self._running = False
 
-    @property
-    def idle(self) -> bool:
-        return not self._running and not self._waiting
-
-    async def decide(self, rows: list[DecideRow]) -> list[Decision]:
-        answer: asyncio.Future[list[Decision]] = asyncio.get_running_loop().create_future()
-        self._waiting.append((rows, answer))
+    async def decide(self, name: str, version: int | None, rows: list[DecideRow]) -> Answered:
+        answer: asyncio.Future[Answered] = asyncio.get_running_loop().create_future()
+        self._waiting.append(Call(name, version, rows, answer))
         if not self._running:
             self._running = True
             asyncio.create_task(self._drain())
@@ -165,25 +184,18 @@ class Batcher:
     async def _drain(self) -> None:
         try:
             while self._waiting:
-                taken, total = 0, 0
-                for rows, _ in self._waiting:
-                    if taken and total + len(rows) > BATCH_ROWS:
-                        break
-                    taken, total = taken + 1, total + len(rows)
-                batch, self._waiting = self._waiting[:taken], self._waiting[taken:]
-                together = [row for rows, _ in batch for row in rows]
+                calls, self._waiting = self._waiting, []
                 try:
-                    decisions = await anyio.to_thread.run_sync(self.controller.decide, together)
-                except Exception as exc:  # every call of the batch gets it
-                    for _, answer in batch:
-                        if not answer.done():
-                            answer.set_exception(exc)
-                    continue
-                start = 0
-                for rows, answer in batch:
-                    if not answer.done():  # a call whose client left is cancelled
-                        answer.set_result(decisions[start : start + len(rows)])
-                    start += len(rows)
+                    outcomes = await anyio.to_thread.run_sync(self.service.serve, calls)
+                except Exception as exc:  # every call of the round gets it
+                    outcomes = [exc] * len(calls)
+                for call, outcome in zip(calls, outcomes, strict=True):
+                    if call.answer.done():  # a call whose client left is cancelled
+                        continue
+                    if isinstance(outcome, Exception):
+                        call.answer.set_exception(outcome)
+                    else:
+                        call.answer.set_result(outcome)
         finally:
             self._running = False
 
@@ -197,7 +209,7 @@ class DecideService:
         self.versions = Versions(settings.runs_dir, settings.decide_cache)
         self._seen_live: dict[str, int] = {}
         self._rows: dict[Key, ControllerVersion] = {}
-        self._batchers: dict[Key, Batcher] = {}
+        self.dispatcher = Dispatcher(self)
 
     def version(self, name: str, version: int | None) -> ControllerVersion:
         with Session(self.engine, expire_on_commit=False) as session:
@@ -227,28 +239,71 @@ class DecideService:
             self._rows[key] = row
         return row
 
-    def prepare(
-        self, name: str, version: int | None, rows: list[DecideRow]
-    ) -> tuple[Routing, Controller]:
-        """What a call needs before its forward, in one trip to a worker thread: the routing,
-        the loaded version, the rows checked (`RowError` for the first it cannot read)."""
-        routing = self.route(name, version)
-        controller = self.load(routing.version)
-        check_rows(rows)
-        return routing, controller
+    def serve(self, calls: list[Call]) -> list[Answered | Exception]:
+        """Each call's answer or the error it gets (`Dispatcher`): one routing query per name
+        and version asked, each version loaded once, every call's rows checked (`RowError` for
+        the first it cannot read), and a version's calls decided together, each call's rows in
+        one forward of up to `BATCH_ROWS` rows (a larger call alone)."""
+        outcomes: list[Answered | Exception | None] = [None] * len(calls)
+        routes: dict[tuple[str, int | None], Routing | Exception] = {}
+        together: dict[int, tuple[Controller, list[int]]] = {}  # by loaded version
+        for k, call in enumerate(calls):
+            ref = (call.name, call.version)
+            if ref not in routes:
+                try:
+                    routes[ref] = self.route(*ref)
+                except Exception as exc:  # a 404, or the database down: this name's calls
+                    routes[ref] = exc
+            routing = routes[ref]
+            if isinstance(routing, Exception):
+                outcomes[k] = routing
+                continue
+            try:
+                controller = self.load(routing.version)
+                check_rows(call.rows)
+            except Exception as exc:  # a 409 or a 422: this call's
+                outcomes[k] = exc
+                continue
+            if routing.shadow is not None:
+                outcomes[k] = Answered(routing, controller, None)
+                continue
+            outcomes[k] = Answered(routing, controller, [])
+            together.setdefault(id(controller), (controller, []))[1].append(k)
+        for controller, ks in together.values():
+            chunk: list[int] = []
+            total = 0
+            for k in ks:
+                if chunk and total + len(calls[k].rows) > BATCH_ROWS:
+                    self._decide_chunk(controller, calls, chunk, outcomes)
+                    chunk, total = [], 0
+                chunk.append(k)
+                total += len(calls[k].rows)
+            if chunk:
+                self._decide_chunk(controller, calls, chunk, outcomes)
+        return [o if o is not None else RuntimeError("not served") for o in outcomes]
 
-    def batcher(self, controller: Controller, key: Key) -> Batcher:
-        """The batcher of this loaded version (a version loaded again gets a new one)."""
-        found = self._batchers.get(key)
-        if found is None or found.controller is not controller:
-            found = self._batchers[key] = Batcher(controller)
-        return found
-
-    def forget_unloaded(self) -> None:
-        """Drop the batchers of versions the cache let go (an idle one holds no calls)."""
-        loaded = set(self.versions.loaded())
-        for key in [k for k, b in self._batchers.items() if k not in loaded and b.idle]:
-            del self._batchers[key]
+    @staticmethod
+    def _decide_chunk(
+        controller: Controller,
+        calls: list[Call],
+        chunk: list[int],
+        outcomes: list[Answered | Exception | None],
+    ) -> None:
+        """One forward for these calls' rows; each call's `Answered` given its own decisions."""
+        rows = [row for k in chunk for row in calls[k].rows]
+        try:
+            decisions = controller.decide(rows)
+        except Exception as exc:  # every call of the forward gets it
+            for k in chunk:
+                outcomes[k] = exc
+            return
+        start = 0
+        for k in chunk:
+            found = outcomes[k]
+            assert isinstance(found, Answered)
+            n = len(calls[k].rows)
+            outcomes[k] = Answered(found.routing, found.controller, decisions[start : start + n])
+            start += n
 
     def shadow_actions(self, row: ControllerVersion, rows: list[DecideRow]) -> list[str | None]:
         """The shadow version's action per row; None for every row when it cannot answer."""
@@ -356,14 +411,11 @@ async def decide(request: Request) -> JSONResponse:
     name, version = parse_ref(body.controller, body.version)
     rows = [DecideRow(r.state, list(r.tools)) for r in body.rows]
     try:
-        routing, controller = await anyio.to_thread.run_sync(service.prepare, name, version, rows)
-        row = routing.version
+        answered = await service.dispatcher.decide(name, version, rows)
+        routing, controller, decisions = answered.routing, answered.controller, answered.decisions
         shadow: list[str | None] | None = None
-        if routing.shadow is None:
-            key = (row.name, row.version)
-            decisions = await service.batcher(controller, key).decide(rows)
-        else:  # both at once: the call waits for the slower, not for the sum
-            shadowed = routing.shadow
+        if decisions is None:  # a shadow: both at once, the call waits for the slower
+            shadowed, live = routing.shadow, controller
 
             async def beside() -> None:
                 nonlocal shadow
@@ -371,7 +423,7 @@ async def decide(request: Request) -> JSONResponse:
 
             async with anyio.create_task_group() as group:
                 group.start_soon(beside)
-                decisions = await anyio.to_thread.run_sync(controller.decide, rows)
+                decisions = await anyio.to_thread.run_sync(live.decide, rows)
     except RowError as exc:
         raise ApiError(
             422, "validation_error", str(exc), [{"field": exc.field, "message": str(exc)}]
@@ -379,20 +431,27 @@ async def decide(request: Request) -> JSONResponse:
     ids: list[str | None] = [None] * len(rows)
     if routing.log:
         ids = list(await anyio.to_thread.run_sync(service.log, routing, rows, decisions, shadow))
-    out = DecideOut(
-        controller=row.name,
-        version=row.version,
-        trainer=controller.trainer,
-        model_hash=controller.model_hash,
-        decisions=[
-            DecisionOut(
-                action=d.action, scores=d.scores, margin=d.margin, abstain=d.abstain, decision_id=i
-            )  # fmt: skip
+    # `DecideOut`'s fields as its `model_dump` writes them, built directly (no model a call).
+    row = routing.version
+    out: dict[str, Any] = {
+        "controller": row.name,
+        "version": row.version,
+        "trainer": controller.trainer,
+        "model_hash": controller.model_hash,
+        "decisions": [
+            {
+                "action": d.action,
+                "scores": d.scores,
+                "margin": d.margin,
+                "abstain": d.abstain,
+                "decision_id": i,
+            }
             for d, i in zip(decisions, ids, strict=True)
-        ],
-        note=controller.note or None,  # a qlora: it decides, and says it is slow
-    )
-    return JSONResponse(out.model_dump(mode="json", exclude={"note"} if out.note is None else None))
+        ],  # fmt: skip
+    }
+    if controller.note:  # a qlora: it decides, and says it is slow
+        out["note"] = controller.note
+    return JSONResponse(out)
 
 
 async def healthz(request: Request) -> JSONResponse:
@@ -418,7 +477,6 @@ async def _keep_warm(service: DecideService) -> None:
         await asyncio.sleep(POLL_S)
         try:
             await anyio.to_thread.run_sync(service.warm)
-            service.forget_unloaded()
         except Exception as exc:  # the next poll tries again; calls resolve on their own
             log.warning("warming the live versions failed: %s", exc)
         if time.monotonic() - pruned_at >= PRUNE_S:
