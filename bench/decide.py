@@ -22,10 +22,13 @@ machine's load hits them alike):
   input: what the encoding cost before the decision-time encoder.
 - http: over a real `trm decide-server` on loopback (its own process, a SQLite registry with the
   two models promoted as `bench-trm` and `bench-gbdt`), one row per request, from 1 and from 50
-  clients at once (asyncio, one connection each) for `--http-seconds` each: requests/s and
-  p50/p99 of a request's round trip. The clients run on the same CPU as the server, and send
-  back to back: at 50 clients a request's p99 is at least 50 / (requests/s) (Little's law),
-  printed as the HTTP row's ceiling.
+  clients at once (asyncio, one keep-alive connection each) for `--http-seconds` each:
+  requests/s, p50/p99 of a request's round trip, and the clients' own CPU a request. The
+  clients speak HTTP/1.1 on asyncio streams (`--http-client raw`, a few hundredths of a ms a
+  request) or through httpx (`--http-client httpx`, several ms a request: on two shared cores
+  the clients then take more CPU than the server). The clients run on the same CPU as the
+  server, and send back to back: at 50 clients a request's p99 is at least 50 / (requests/s)
+  (Little's law), printed as the HTTP row's ceiling.
 - memory: `--versions` versions of one name (`bench-many`, the trm and the gbdt in turn) in the
   same registry, each decided `--rounds` times round-robin (pinned, `bench-many@k`): the
   process's resident memory at start, after the HTTP runs and after each round, and how many
@@ -251,6 +254,12 @@ def main() -> int:
         help="seconds of requests per trainer and client count (0: no HTTP)",
     )
     parser.add_argument("--clients", default="1,50", help="concurrent HTTP clients, each a row")
+    parser.add_argument(
+        "--http-client",
+        choices=("raw", "httpx"),
+        default="raw",
+        help="raw: HTTP/1.1 on asyncio streams (little client CPU); httpx: an AsyncClient each",
+    )
     parser.add_argument("--versions", type=int, default=20, help="versions for the memory check")
     parser.add_argument("--rounds", type=int, default=3, help="round-robin passes over them")
     args = parser.parse_args()
@@ -317,13 +326,23 @@ def main() -> int:
     if args.http_seconds > 0:
         clients = [int(c) for c in args.clients.split(",")]
         http, memory = http_bench(
-            workdir, trained, rows, args.http_seconds, clients, args.versions, args.rounds
+            workdir,
+            trained,
+            rows,
+            args.http_seconds,
+            clients,
+            args.versions,
+            args.rounds,
+            args.http_client,
         )
-        print(f"\n{'trainer':>7} {'clients':>7} | {'requests/s':>10} {'p50 ms':>7} {'p99 ms':>7}")
+        print(
+            f"\n{'trainer':>7} {'clients':>7} | {'requests/s':>10} {'p50 ms':>7} {'p99 ms':>7} | "
+            f"client CPU ms a request ({args.http_client})"
+        )
         for h in http:
             print(
                 f"{h['trainer']:>7} {h['clients']:>7} | {h['per_s']:>10.0f} "
-                f"{h['p50_ms']:>7.2f} {h['p99_ms']:>7.2f}"
+                f"{h['p50_ms']:>7.2f} {h['p99_ms']:>7.2f} | {h['client_cpu_ms']:.3f}"
             )
         if memory:
             print(

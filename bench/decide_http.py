@@ -4,11 +4,14 @@ decision process's memory with many versions of one name decided round-robin."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +26,11 @@ def http_bench(
     clients: list[int],
     versions: int,
     rounds: int,
+    client: str = "raw",
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Each trained model promoted in a fresh SQLite registry, a `trm decide-server` started on
-    it, and one-row requests from `clients` concurrent clients: requests/s, p50/p99 in ms.
+    it, and one-row requests from `clients` concurrent clients (`client`: how they speak HTTP,
+    `_load`): requests/s, p50/p99 in ms, and the clients' own CPU a request.
     Then its memory with `versions` versions of one name promoted (the trm and the gbdt in
     turn), each decided `rounds` times round-robin, one call each (pinned: `bench-many@k`):
     the process's resident memory (VmRSS) at start, after the HTTP runs and after each round,
@@ -105,12 +110,17 @@ def http_bench(
         results = []
         for trainer in trained:
             for count in clients:
-                spent = asyncio.run(_load(base, f"bench-{trainer}", bodies, count, seconds))
+                name = f"bench-{trainer}"
+                cpu = time.process_time()
+                spent = asyncio.run(_load(base, name, bodies, count, seconds, client))
+                cpu = time.process_time() - cpu  # the clients' own: this process runs them
                 per = sorted(spent)
                 results.append(
                     {
                         "trainer": trainer,
                         "clients": count,
+                        "client": client,
+                        "client_cpu_ms": round(cpu / max(1, len(per)) * 1000, 3),
                         "requests": len(per),
                         "per_s": round(len(per) / seconds, 1),
                         "p50_ms": round(statistics.median(per) * 1000, 3),
@@ -159,36 +169,84 @@ def _round_robin(
 
 
 async def _load(
-    base: str, name: str, bodies: list[dict[str, Any]], clients: int, seconds: float
+    base: str,
+    name: str,
+    bodies: list[dict[str, Any]],
+    clients: int,
+    seconds: float,
+    client: str = "raw",
 ) -> list[float]:
     """Each client sends one-row requests back to back on its own connection for `seconds`
-    (after one request each to open the connection); each request's round trip in seconds."""
+    (after one request each to open the connection); each request's round trip in seconds.
+    `client` "raw": HTTP/1.1 written and read on an asyncio stream (keep-alive, the request
+    bytes made beforehand), so the clients' own CPU, on the server's cores, stays small;
+    "httpx": an `httpx.AsyncClient` each, as a Python caller would (several times the CPU a
+    request)."""
     import asyncio
 
-    import httpx
-
     spent: list[float] = []
+    ready = asyncio.Event()
+    stop = float("inf")
+    send = _raw_client if client == "raw" else _httpx_client
 
-    async def client(k: int) -> None:
-        limits = httpx.Limits(max_connections=1)
-        async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as http:
-            body = {"controller": name, "rows": [bodies[k % len(bodies)]]}
-            (await http.post("/decide", json=body)).raise_for_status()
+    requests = [json.dumps({"controller": name, "rows": [b]}).encode() for b in bodies]
+
+    async def one(k: int) -> None:
+        async with send(base) as post:
+            await post(requests[k % len(requests)])
             await ready.wait()
             i = k
             while time.monotonic() < stop:
-                body = {"controller": name, "rows": [bodies[i % len(bodies)]]}
                 started = time.perf_counter()
-                answer = await http.post("/decide", json=body)
+                await post(requests[i % len(requests)])
                 spent.append(time.perf_counter() - started)
-                answer.raise_for_status()
                 i += clients
 
-    ready = asyncio.Event()
-    stop = float("inf")
-    tasks = [asyncio.create_task(client(k)) for k in range(clients)]
+    tasks = [asyncio.create_task(one(k)) for k in range(clients)]
     await asyncio.sleep(0.5)
     stop = time.monotonic() + seconds
     ready.set()
     await asyncio.gather(*tasks)
     return spent
+
+
+@contextlib.asynccontextmanager
+async def _raw_client(base: str) -> AsyncIterator[Callable[[bytes], Awaitable[None]]]:
+    """One keep-alive connection; `post(body)` sends `POST /decide` with that JSON body and
+    reads the whole answer, raising on any status but 200."""
+    import asyncio
+
+    host, _, port = base.removeprefix("http://").partition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    head = f"POST /decide HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+
+    async def post(data: bytes) -> None:
+        writer.write(f"{head}Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        status = await reader.readuntil(b"\r\n")
+        length = 0
+        while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
+            key, _, value = line.partition(b":")
+            if key.strip().lower() == b"content-length":
+                length = int(value)
+        answer = await reader.readexactly(length)
+        if status.split()[1] != b"200":
+            raise RuntimeError(f"decide answered {status.decode().strip()}: {answer[:200]!r}")
+
+    try:
+        yield post
+    finally:
+        writer.close()
+
+
+@contextlib.asynccontextmanager
+async def _httpx_client(base: str) -> AsyncIterator[Callable[[bytes], Awaitable[None]]]:
+    import httpx
+
+    limits = httpx.Limits(max_connections=1)
+    headers = {"content-type": "application/json"}
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as http:
+
+        async def post(data: bytes) -> None:
+            (await http.post("/decide", content=data, headers=headers)).raise_for_status()
+
+        yield post
