@@ -42,8 +42,9 @@ The routerBench data is the shipped bench's (`specs/benches/routerbench.json`, g
 its seed), built into a corpus as `specs/train-routerbench-trm.json` does; the models are trained
 here first with the trainers' defaults (`--epochs` caps the trm's epochs: the forward's cost does
 not depend on them), or reused from a `--keep` folder that holds them. The rows are the corpus's
-anchor and val rows, cycled to `--rows`. torch runs on `--threads` threads (1 by default, as
-the trainer runs a model this small: on a busy CPU more threads only wait for each other).
+anchor and val rows, cycled to `--rows`. torch and numpy's BLAS run on `--threads` threads (1
+by default, as the trainer runs a model this small and the decision process runs them: on a
+busy CPU more threads only wait for each other).
 """
 
 from __future__ import annotations
@@ -268,6 +269,9 @@ def main() -> int:
     from worker.decide.controller import load_controller
 
     torch.set_num_threads(args.threads)
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(args.threads)  # numpy's BLAS as the decision process runs it
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="trm-decide-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     corpus, trained = build(workdir, args.epochs)

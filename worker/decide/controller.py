@@ -19,6 +19,7 @@ runs; the bounds are the constants below.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,9 +164,18 @@ def torch_gelu() -> Activation:
     import torch
     from torch.nn.functional import gelu as torch_gelu_op
 
+    ready = threading.local()
+
     def act(x: np.ndarray) -> np.ndarray:
         if x.size < TORCH_GELU_FROM:
             return gelu(x)
+        if not getattr(ready, "threads", False):
+            # OpenMP's thread count is each thread's own: in a thread new to torch (the
+            # decision process decides in worker threads) it starts at the CPU's cores whatever
+            # torch was set to, and its waiting threads spin: a 50-row forward took 100 ms of
+            # CPU there against 3.5 in the thread that set it.
+            torch.set_num_threads(torch.get_num_threads())
+            ready.threads = True
         out: np.ndarray = torch_gelu_op(torch.from_numpy(x)).numpy()
         return out
 
