@@ -281,13 +281,13 @@ def match_ranks(
             continue
         top, bottom, count = max(column), min(column), len(column)
         for i, mine in enumerate(matches):
-            value = mine.get(key)
-            if value is None:
+            found = mine.get(key)
+            if found is None:
                 continue
             for j, rank in (
-                (r, sum(v < value for v in column) / count),
-                (hi, value - top),
-                (lo, value - bottom),
+                (r, sum(v < found for v in column) / count),
+                (hi, found - top),
+                (lo, found - bottom),
             ):
                 if j is not None:
                     at.append(i)

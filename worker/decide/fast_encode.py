@@ -213,8 +213,8 @@ class FastEncoder:
             part = aligned_of(self, found_parts, concretes, info, numbered)
         else:
             numbered = layout.numbered
-            key = values_key(parsed, layout.aligned_keys)
-            found = layout.aligned.get(key)
+            content = values_key(parsed, layout.aligned_keys)
+            found = layout.aligned.get(content)
             if found is None:
                 found_parts = [[(g, at_keys(state, keys)) for g, keys in c] for c in layout.parts]
                 found = aligned_of(self, found_parts, layout.roots, info, numbered)
@@ -224,7 +224,7 @@ class FastEncoder:
                         if kept is not None:
                             kept.aligned.clear()
                     self._aligned_kept = 1
-                layout.aligned[key] = found
+                layout.aligned[content] = found
             part = found
         roots = part.roots
         context = context_leaves(state, roots)
@@ -338,13 +338,13 @@ class FastEncoder:
             # aligned.name_in
             if name_in:
                 for cpath, cset in ctx_sets:
-                    j = name_in.get(cpath)
-                    if j is not None and names[i] & cset:
-                        f[j] = 1.0
+                    named = name_in.get(cpath)
+                    if named is not None and names[i] & cset:
+                        f[named] = 1.0
                 for cpath, cstr in ctx_strings:
-                    j = name_in.get(cpath)
-                    if j is not None and cstr in names[i]:
-                        f[j] = 1.0
+                    named = name_in.get(cpath)
+                    if named is not None and cstr in names[i]:
+                        f[named] = 1.0
             if ctx_lists:
                 self.put(cx.list_places(ctx_lists, names[i]), f)
             if matches is not None:

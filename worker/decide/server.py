@@ -427,6 +427,7 @@ async def decide(request: Request) -> JSONResponse:
         shadow: list[str | None] | None = None
         if decisions is None:  # a shadow: both at once, the call waits for the slower
             shadowed, live = routing.shadow, controller
+            assert shadowed is not None
 
             async def beside() -> None:
                 nonlocal shadow
@@ -439,6 +440,7 @@ async def decide(request: Request) -> JSONResponse:
         raise ApiError(
             422, "validation_error", str(exc), [{"field": exc.field, "message": str(exc)}]
         ) from None
+    assert decisions is not None
     ids: list[str | None] = [None] * len(rows)
     if routing.log:
         ids = list(await anyio.to_thread.run_sync(service.log, routing, rows, decisions, shadow))
