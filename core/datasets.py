@@ -36,6 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from filelock import FileLock
 from pydantic import BaseModel
 from sqlmodel import Session, col, select
 
@@ -48,6 +49,7 @@ NAME = re.compile(DATASET_NAME)
 FOLDER = "datasets"
 META = ".dataset.json"
 INCOMING = ".incoming"
+INSTALL_LOCK = ".install.lock"  # installs take turns: the quota is counted by one at a time
 UPLOAD_ROUTE = "PUT /datasets/{name}"
 PUSH_VERB = "trm data push DIR --name NAME"
 PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+=@,-]{0,254}$")
@@ -77,6 +79,8 @@ class DatasetMeta(BaseModel):
 class Limits:
     max_files: int
     max_unpacked_bytes: int
+    quota: int | None = None  # TRM_MAX_DATASETS_BYTES, for all data sets together
+    used: int = 0  # what the other data sets hold of it
 
 
 @dataclass
@@ -246,6 +250,23 @@ def _too_large_unpacked(limit: int) -> ApiError:
     )
 
 
+def over_quota(used: int, quota: int) -> ApiError:
+    room = max(quota - used, 0)
+    return ApiError(
+        507,
+        "quota_exceeded",
+        f"data sets hold {used} bytes of TRM_MAX_DATASETS_BYTES ({quota}); this one unpacks to "
+        f"more than the {room} left: delete one (`trm data rm NAME`) or ask the operator to "
+        "raise the limit",
+        {"used_bytes": used, "quota_bytes": quota},
+    )
+
+
+def used_bytes(data_dir: Path, but: str | None = None) -> int:
+    """What the data sets hold unpacked, leaving out `but` (the one an upload replaces)."""
+    return sum(meta.unpacked_bytes for meta in list_all(data_dir) if meta.name != but)
+
+
 class _Writer:
     """Writes members into `tree`, counting them and their bytes against the limits."""
 
@@ -258,8 +279,7 @@ class _Writer:
         if self.members > self.limits.max_files:
             raise _too_many(self.limits.max_files)
         self.declared += max(declared, 0)
-        if self.declared > self.limits.max_unpacked_bytes:
-            raise _too_large_unpacked(self.limits.max_unpacked_bytes)
+        self._bound(self.declared)
 
     def folder(self, rel: str) -> None:
         if rel:
@@ -283,10 +303,16 @@ class _Writer:
         with os.fdopen(fd, "wb") as out:
             while chunk := source.read(CHUNK):
                 self.out.unpacked_bytes += len(chunk)
-                if self.out.unpacked_bytes > self.limits.max_unpacked_bytes:
-                    raise _too_large_unpacked(self.limits.max_unpacked_bytes)
+                self._bound(self.out.unpacked_bytes)
                 out.write(chunk)
         self.out.files += 1
+
+    def _bound(self, size: int) -> None:
+        if size > self.limits.max_unpacked_bytes:
+            raise _too_large_unpacked(self.limits.max_unpacked_bytes)
+        quota = self.limits.quota
+        if quota is not None and self.limits.used + size > quota:
+            raise over_quota(self.limits.used, quota)
 
 
 def _member_kind(kind: str) -> str:
@@ -414,10 +440,21 @@ def incoming(data_dir: Path) -> Path:
     return path
 
 
-def install(tree: Path, meta: DatasetMeta, data_dir: Path, scratch: Path, replace: bool) -> None:
+def install(
+    tree: Path, meta: DatasetMeta, data_dir: Path, scratch: Path, replace: bool, quota: int
+) -> None:
     """Write the meta into `tree` and rename it to the data set's folder in one step. With
     `replace`, an older data set of the name is moved aside first (into `scratch`, removed with
-    it): readers see the old folder or the new one, never a mix."""
+    it): readers see the old folder or the new one, never a mix. Installs take turns, each
+    counting the data sets again: uploads side by side cannot pass the quota together."""
+    with FileLock(str(root_of(data_dir) / INSTALL_LOCK)):
+        used = used_bytes(data_dir, but=meta.name if replace else None)
+        if used + meta.unpacked_bytes > quota:
+            raise over_quota(used, quota)
+        _swap_in(tree, meta, data_dir, scratch, replace)
+
+
+def _swap_in(tree: Path, meta: DatasetMeta, data_dir: Path, scratch: Path, replace: bool) -> None:
     (tree / META).write_text(meta.model_dump_json(indent=2))
     target = folder_of(data_dir, meta.name)
     if replace and target.exists():

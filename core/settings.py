@@ -272,6 +272,13 @@ class Settings(BaseSettings):
         ge=1,
         description="The most bytes one data set's files may hold unpacked.",
     )
+    max_datasets_bytes: int = Field(
+        default=64 * 1024**3,
+        ge=1,
+        description="The most all data sets together may hold unpacked (a replaced data set's "
+        "own bytes do not count); an upload that would pass it is refused (507 "
+        "`quota_exceeded`).",
+    )
 
     # The decision process (`trm decide-server`, SPEC §12).
     decide_url: str | None = Field(

@@ -121,7 +121,7 @@ UPLOAD_ERRORS: dict[int | str, dict[str, Any]] = {
     413: {"description": "over TRM_MAX_DATASET_BYTES, _FILES or _UNPACKED_BYTES"},
     415: {"description": "a content type that is not an archive"},
     422: {"description": "checksum mismatch, unknown format, an unsafe member, a bad name"},
-    507: {"description": "no space left in TRM_DATA_DIR"},
+    507: {"description": "no space left in TRM_DATA_DIR, or over TRM_MAX_DATASETS_BYTES"},
 }
 
 
@@ -170,6 +170,10 @@ async def push_dataset(
         if readers:
             raise datasets.in_use(readers, name, "replace it")
     await run_in_threadpool(_check_room, request, data_dir, settings.min_free_bytes)
+    quota = settings.max_datasets_bytes
+    used = await run_in_threadpool(datasets.used_bytes, data_dir, name if present else None)
+    if used >= quota:
+        raise datasets.over_quota(used, quota)
     scratch = await run_in_threadpool(datasets.incoming, data_dir)
     try:
         body = scratch / "upload"
@@ -198,12 +202,14 @@ async def push_dataset(
                 "body",
             )
         tree = scratch / "tree"
-        limits = Limits(settings.max_dataset_files, settings.max_dataset_unpacked_bytes)
+        limits = Limits(
+            settings.max_dataset_files, settings.max_dataset_unpacked_bytes, quota, used
+        )
         unpacked = await run_in_threadpool(
             datasets.unpack, body, fmt, tree, limits, filename or f"{name}.jsonl"
         )
         meta = datasets.new_meta(name, expected, size, fmt, unpacked, caller(request))
-        await run_in_threadpool(datasets.install, tree, meta, data_dir, scratch, present)
+        await run_in_threadpool(datasets.install, tree, meta, data_dir, scratch, present, quota)
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise ApiError(

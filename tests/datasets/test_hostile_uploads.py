@@ -226,3 +226,34 @@ def test_an_upload_that_would_leave_the_disk_short_is_refused(
     finally:
         svc.stop()
         scratch.drop()
+
+
+def test_data_sets_together_stay_under_their_quota_and_a_replacement_counts_once(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """TRM_MAX_DATASETS_BYTES bounds what every data set holds together: the upload that would
+    pass it is a 507 naming the setting, keeps nothing, and fits again once one is removed."""
+    root = tmp_path_factory.mktemp("datasets-quota")
+    scratch = Scratch(root, create_database("sqlite", root))
+    scratch.migrate()
+    svc = Service({**scratch.env, **QUICK, "TRM_MAX_DATASETS_BYTES": "25000"}, root / "logs")
+    svc.start_api()
+    try:
+        body = tar_with([member("rows.jsonl", data=ROW * (10_000 // len(ROW)))])
+        for name in ("first", "second"):
+            assert push(svc.http, name, body).status_code == 201
+        held = sum(d["unpacked_bytes"] for d in svc.http.get("/datasets").json()["datasets"])
+        assert 20_000 - 2 * len(ROW) < held <= 20_000
+        message = refused(push(svc.http, "third", body), 507, "quota_exceeded")
+        assert "TRM_MAX_DATASETS_BYTES" in message and f"hold {held} bytes" in message
+        assert left_behind(svc.settings, "third") == []
+        # A replacement counts the data set once: its old bytes make way for its new ones.
+        again = push(svc.http, "first", body, replace="true")
+        assert again.status_code == 201, again.text
+        assert svc.http.delete("/datasets/second").status_code == 200
+        assert push(svc.http, "third", body).status_code == 201
+        names = [d["name"] for d in svc.http.get("/datasets").json()["datasets"]]
+        assert names == ["first", "third"]
+    finally:
+        svc.stop()
+        scratch.drop()
