@@ -100,6 +100,31 @@ def test_a_question_is_matched_with_the_function_it_describes_among_tools_never_
     assert "TO:functions.*.description|question" in features
 
 
+def test_tools_naming_their_parameters_differently_are_matched_on_the_same_columns() -> None:
+    """A parameter's description is matched in its tool's whole bag: a column per parameter path
+    (`functions.*.parameters.properties.city.description`) would be one per name a tool gave."""
+
+    def tool(name: str, what: str, param: str, about: str) -> dict[str, Any]:
+        return {"name": name, "description": what,
+                "parameters": {"properties": {param: {"description": about}}}}  # fmt: skip
+
+    columns = []
+    for param in ("city", "loc"):
+        weather_tool = tool("get_weather", "Look up the forecast", param, "the town")
+        mail_tool = tool("send_mail", "Send a letter", "to", "whom it goes to")
+        state = {
+            "question": "What is the forecast for my town?",
+            "functions": [weather_tool, mail_tool],
+        }
+        weather, _ = row_features(json.dumps(state), ["get_weather", "send_mail"])
+        columns.append({n for n in weather if n.startswith(("TO:", "TCOS:"))})
+        assert weather["TO:functions.*|question"] > 0  # "town" is found, in the root's bag
+    assert columns[0] == columns[1] == {
+        "TO:functions.*|question", "TO:functions.*.description|question",
+        "TCOS:functions.*|question", "TCOS:functions.*.description|question",
+    }  # fmt: skip
+
+
 def test_texts_shorter_and_longer_than_64_characters_are_both_read() -> None:
     state = {"short": "Book a table", "long": "Book a table for four " + "x" * 60,
              "note": "x" * 80}  # fmt: skip

@@ -21,11 +21,10 @@ bootstrap intervals over prompts):
 - learned (common.LEARNED): trained by `train_policy` on the corpus; a policy's strong-call
   score is its score of `strong` minus its score of `weak`.
 `train_rows` caps the train rows the learned methods see: a seeded sample, the same for every
-method and seed (TRAIN_ROWS by default, about a third of the ~9,300, so three seeds of each
-learned method train in minutes on a small CPU; None: all of them). The TF-IDF baseline always
-reads every train row (on the 3,000 of the sample it scores 0.518, not 0.559: most of its lead
-over the learned methods is its data). `text_encoder` (bench/external.py's `--text-encoder`) is
-the trm's and gbdt's knob of that name.
+method and seed (None, the default: all ~9,300, as the TF-IDF baseline reads them; on a
+3,000-row sample TF-IDF scores 0.518, not 0.559, and the trm loses as much: more rows is the
+lever measured, docs/quality.md). `text_encoder` (bench/external.py's `--text-encoder`) is the
+trm's and gbdt's knob of that name.
 """
 
 from __future__ import annotations
@@ -57,7 +56,6 @@ VAL_FRACTION = 0.2
 BASELINES = ("random", "always-weak", "always-strong", "oracle", "tfidf-logreg")
 MMLU_UNSEEN, GSM8K = "mmlu-unseen-subjects", "gsm8k"
 SCORE_BATCH = 512
-TRAIN_ROWS = 3000
 
 
 def unseen_subjects(subjects: list[str], seed: int = ANCHOR_SEED) -> list[str]:
@@ -210,7 +208,7 @@ class RouteLlmBench:
 
     name = "routellm"
 
-    def __init__(self, train_rows: int | None = TRAIN_ROWS, text_encoder: str = "tokens") -> None:
+    def __init__(self, train_rows: int | None = None, text_encoder: str = "tokens") -> None:
         self.train_rows = train_rows
         # The trm's and gbdt's `text_encoder` (`smollm2`: the prompt read by the sentence
         # encoder too, worker/models/sentence.py; its vectors cached under MODEL_CACHE).

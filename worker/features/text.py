@@ -12,8 +12,11 @@ the pairs of neighbouring words. Texts are grouped by their path without list in
   `upper` as shares of the characters, `questions`, `lines`).
 - **A candidate's text**: the words of its aligned parts (every key and string of the function
   whose `name` is the candidate: its description, its parameters' names and descriptions), one
-  bag under the aligned root (`functions.*`) and one per aligned text (`functions.*.description`);
-  and the words of its own id (`get_weather` -> get, weather; `getWeather` too).
+  bag under the aligned root (`functions.*`) and one per aligned text directly under it
+  (`functions.*.description`); a text deeper down (`functions.*.parameters.properties.loc.
+  description`) counts in the root's bag only, as its path holds keys each tool names its own
+  way (a bag per such path is a column per parameter name, seen with few tools); and the words
+  of its own id (`get_weather` -> get, weather; `getWeather` too).
 - **Matches**, per candidate text `<a>` and context text `<c>`, every word weighed by how few of
   the row's candidates have it (a word every candidate's text holds says nothing; the weights are
   the row's own, so tools never seen in training are matched as well): `TO:<a>|<c>` the share of
@@ -137,15 +140,17 @@ def context_features(readings: dict[str, Reading]) -> Features:
 
 def aligned_bags(parts: list[tuple[str, Any]]) -> dict[str, frozenset[str]]:
     """A candidate's aligned parts as bags of words: all of a part's keys and strings under its
-    root (`functions.*`), and each of its texts under its own path (`functions.*.description`)."""
+    root (`functions.*`), and each of its texts one key under the root under its own path
+    (`functions.*.description`; deeper texts are in the root's bag only)."""
     bags: dict[str, set[str]] = {}
     for root, sub in parts:
         everything = bags.setdefault(root, set())
         for path, text in _strings(sub, root):
             bag = read(text).bag
             everything |= bag
-            if is_text(text):
-                bags.setdefault(text_path(path), set()).update(bag)
+            grouped = text_path(path)
+            if is_text(text) and "." not in grouped[len(root) + 1 :]:
+                bags.setdefault(grouped, set()).update(bag)
     return {path: frozenset(bag) for path, bag in bags.items() if bag}
 
 
