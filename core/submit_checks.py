@@ -15,7 +15,7 @@ from typing import Any
 from sqlmodel import Session, col, select
 
 from core.benches.menu import bench_names, external_data, load_entry
-from core.benches.resolve import TRAIN_HERE
+from core.benches.resolve import PUZZLE_MODEL, TRAIN_HERE
 from core.db import get_engine
 from core.errors import ApiError
 from core.models import Controller, Run
@@ -85,8 +85,11 @@ def check_bench(resolved: dict[str, Any], settings: Settings, dry_run: bool) -> 
     wanted = {run_id for run_id in sides.values() if run_id}
     if wanted:
         with Session(get_engine(settings)) as db:
-            rows = db.exec(select(Run.id, Run.kind, Run.status).where(col(Run.id).in_(wanted)))
-            known = {run_id: (kind, status) for run_id, kind, status in rows.all()}
+            query = select(Run.id, Run.kind, Run.status, Run.spec).where(col(Run.id).in_(wanted))
+            known = {
+                run_id: (kind, status, (spec or {}).get("trainer"))
+                for run_id, kind, status, spec in db.exec(query).all()
+            }
         for side, run_id in sides.items():
             if run_id:
                 check_side(side, str(resolved.get(side)), run_id, known.get(run_id))
@@ -100,15 +103,17 @@ def check_bench(resolved: dict[str, Any], settings: Settings, dry_run: bool) -> 
         raise _refuse("router", HOW_TO_PASS_A_ROUTER)
 
 
-def check_side(side: str, ref: str, run_id: str, found: tuple[str, str] | None) -> None:
+def check_side(side: str, ref: str, run_id: str, found: tuple[str, str, Any] | None) -> None:
     """A side naming a run: the run is there and can still give what the bench reads. A train run
     that failed or was cancelled left no model; a hill-climb's picks exist once it has completed
     (its coordinator runs on the cpu queue, so a bench queued behind it would start first). A
     queued or running train run is accepted: behind it on one worker's queue the bench finds its
-    model."""
+    model, unless it trains a whole-answer puzzle model, which no bench reads."""
     if found is None:
         raise _refuse(side, f"no run {run_id}")
-    kind, status = found
+    kind, status, trainer = found
+    if kind == "train" and trainer == "trm_grid":
+        raise _refuse(side, PUZZLE_MODEL.format(run=run_id))
     pick = ref.partition(":")[2]
     if pick and kind != "hillclimb":
         raise _refuse(

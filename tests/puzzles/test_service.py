@@ -93,6 +93,12 @@ def test_a_puzzle_train_run_completes_with_a_scorecard_against_one_step(
     # A puzzle model is no controller: promoting it says so instead of serving grids as actions.
     promoted = service.http.post("/controllers", json={"name": "sudoku", "run_id": run["id"]})
     assert promoted.status_code == 409 and "whole-answer" in promoted.json()["error"]["message"]
+    # Nor is it benched: refused at submit, not accepted to fail in the worker.
+    bench_spec = {"kind": "bench", "bench": "routerbench", "router": run["id"]}
+    bench = service.http.post("/runs", json=bench_spec)
+    assert bench.status_code == 422, bench.text
+    assert bench.json()["error"]["details"][0]["field"] == "router"
+    assert "whole-answer" in bench.json()["error"]["message"]
 
 
 def test_cancel_stops_a_puzzle_run_within_5s(service: Service, settings: Settings) -> None:
