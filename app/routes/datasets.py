@@ -27,7 +27,8 @@ from app.deps import AppState, caller, session, state
 from app.streams import receive_body
 from core import datasets
 from core.dataset_show import DatasetShow, show
-from core.datasets import DatasetMeta, Limits, refuse
+from core.dataset_unpack import Limits, over_quota, refuse, sniff, unpack
+from core.datasets import DatasetMeta
 from core.errors import ApiError
 
 router = APIRouter(tags=["datasets"])
@@ -173,7 +174,7 @@ async def push_dataset(
     quota = settings.max_datasets_bytes
     used = await run_in_threadpool(datasets.used_bytes, data_dir, name if present else None)
     if used >= quota:
-        raise datasets.over_quota(used, quota)
+        raise over_quota(used, quota)
     scratch = await run_in_threadpool(datasets.incoming, data_dir)
     try:
         body = scratch / "upload"
@@ -192,7 +193,7 @@ async def push_dataset(
                 "the upload was cut or altered on the way; send it again",
                 SHA256_HEADER,
             )
-        fmt = await run_in_threadpool(datasets.sniff, body)
+        fmt = await run_in_threadpool(sniff, body)
         if fmt is None:
             raise refuse(
                 422,
@@ -206,7 +207,7 @@ async def push_dataset(
             settings.max_dataset_files, settings.max_dataset_unpacked_bytes, quota, used
         )
         unpacked = await run_in_threadpool(
-            datasets.unpack, body, fmt, tree, limits, filename or f"{name}.jsonl"
+            unpack, body, fmt, tree, limits, filename or f"{name}.jsonl"
         )
         meta = datasets.new_meta(name, expected, size, fmt, unpacked, caller(request))
         await run_in_threadpool(datasets.install, tree, meta, data_dir, scratch, present, quota)
