@@ -15,8 +15,9 @@ would have computed.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -26,11 +27,31 @@ from worker.features import text as tx
 from worker.features.cells import cells_at, is_cells
 from worker.features.kinds import Features, name
 
-if TYPE_CHECKING:
-    from worker.decide.fast_encode import FastEncoder
-
 Leaves = list[tuple[str, Any]]
 RANKED = 4096  # text match names whose rank columns are kept looked up
+
+
+class Reader(Protocol):
+    """What these parts read of the decision-time encoder (`fast_encode.FastEncoder`): the
+    feature space's columns, grouped by kind."""
+
+    @property
+    def index(self) -> Mapping[str, int]: ...
+    @property
+    def ranked(self) -> dict[str, tuple[int | None, ...]]: ...
+    @property
+    def single(self) -> Mapping[str, Mapping[str, int]]: ...
+    @property
+    def pairs(self) -> Mapping[str, Mapping[str, Mapping[str, int]]]: ...
+    @property
+    def pos(self) -> int | None: ...
+    @property
+    def set_paths(self) -> set[str]: ...
+    @property
+    def number_columns(self) -> Mapping[str, tuple[int | None, ...]]: ...
+    @property
+    def matches(self) -> bool: ...
+    def put(self, features: dict[str, float], f: dict[int, float]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -71,7 +92,7 @@ class Aligned:
 
 
 def aligned_of(
-    enc: FastEncoder,
+    enc: Reader,
     found_parts: list[list[tuple[str, Any]]],
     concretes: list[list[str | None]],
     info: ToolsInfo,
@@ -202,7 +223,7 @@ def number_columns(leaves: list[Leaves]) -> dict[str, list[float]]:
 
 
 def place_leaves(
-    enc: FastEncoder,
+    enc: Reader,
     leaves: Leaves,
     columns: dict[str, list[float]],
     numbers: list[int],
@@ -259,7 +280,7 @@ def values_key(parsed: dict[str, Any], keys: tuple[str, ...]) -> tuple[Any, ...]
 
 
 def match_ranks(
-    enc: FastEncoder,
+    enc: Reader,
     matches: list[Features],
     into: tuple[list[int], list[int], list[float]],
 ) -> None:

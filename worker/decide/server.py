@@ -43,7 +43,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +80,7 @@ from worker.decide.controller import (
     check_rows,
     load_controller,
 )
+from worker.decide.dispatch import Answered, Call, Dispatcher
 
 log = logging.getLogger("trm.decide")
 POLL_S = 0.5  # how often the live versions are read to load a moved one ahead of its first call
@@ -140,66 +140,6 @@ class Versions:
             return controller
 
 
-@dataclass
-class Call:
-    """One `/decide` call waiting for the dispatcher: what it asks and where its answer goes."""
-
-    name: str
-    version: int | None
-    rows: list[DecideRow]
-    answer: asyncio.Future[Answered]
-
-
-@dataclass(frozen=True)
-class Answered:
-    """A call's routing, its loaded version and its decisions (None for a call with a shadow
-    version: the handler decides it with both at once)."""
-
-    routing: Routing
-    controller: Controller
-    decisions: list[Decision] | None
-
-
-class Dispatcher:
-    """Every call that arrives while the process is serving others waits, and then all of them
-    are served in one trip to a worker thread (`DecideService.serve`): their names resolved
-    (one query a name, started after each of those calls arrived, so a promotion committed
-    before a call is seen by it), their versions loaded, their rows checked and decided, a
-    version's calls together in forwards of up to `BATCH_ROWS` rows. A lone call is served at
-    once. Runs on the event loop."""
-
-    def __init__(self, service: DecideService) -> None:
-        self.service = service
-        self._waiting: list[Call] = []
-        self._running = False
-
-    async def decide(self, name: str, version: int | None, rows: list[DecideRow]) -> Answered:
-        answer: asyncio.Future[Answered] = asyncio.get_running_loop().create_future()
-        self._waiting.append(Call(name, version, rows, answer))
-        if not self._running:
-            self._running = True
-            asyncio.create_task(self._drain())
-        return await answer
-
-    async def _drain(self) -> None:
-        try:
-            while self._waiting:
-                calls, self._waiting = self._waiting, []
-                try:
-                    outcomes = await anyio.to_thread.run_sync(self.service.serve, calls)
-                except Exception as exc:  # every call of the round gets it
-                    outcomes = [exc] * len(calls)
-                for call, outcome in zip(calls, outcomes, strict=True):
-                    if call.answer.done():  # a call whose client left is cancelled
-                        continue
-                    if isinstance(outcome, Exception):
-                        call.answer.set_exception(outcome)
-                    else:
-                        call.answer.set_result(outcome)
-        finally:
-            self._running = False
-
-
 class DecideService:
     """The state of one decision process: settings, the database engine, the loaded versions."""
 
@@ -209,7 +149,7 @@ class DecideService:
         self.versions = Versions(settings.runs_dir, settings.decide_cache)
         self._seen_live: dict[str, int] = {}
         self._rows: dict[Key, ControllerVersion] = {}
-        self.dispatcher = Dispatcher(self)
+        self.dispatcher = Dispatcher(self.serve)
 
     def version(self, name: str, version: int | None) -> ControllerVersion:
         with Session(self.engine, expire_on_commit=False) as session:
