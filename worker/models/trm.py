@@ -6,7 +6,8 @@ Read top to bottom: the one network, the recursion, rows as tensors, files, poli
 - **Input** `x`: each candidate's features (`worker/features/`: the candidate set against
   the state, numbers as numbers), embedded by a small MLP: (rows, candidates, hidden).
 - **One network** `f`: two residual layers over a candidate set; each candidate also reads the
-  mean and the max over the row's candidates (a choice is relative).
+  mean and the max over the row's candidates (a choice is relative). `dropout` on each layer's
+  hidden units while training only: the weights, and the answers at inference, are as without.
 - **Latent recursion**: `z <- f(x + y + z)` `n` times, then the answer `y <- f(y + z)`.
 - **Deep recursion**: `T` such cycles; the first `T-1` run without gradients, the last with.
 - **Heads**: a score per candidate from `y` (padding scores -inf: softmax gives it exactly 0),
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 from torch import nn
@@ -46,10 +48,12 @@ PAD_SCORE = -1e9  # a padding candidate's score (its softmax share underflows to
 
 # ---- the one network ---------------------------------------------------------------------------
 class SetLayer(nn.Module):
-    """h + MLP([h, mean over the row's candidates, max over them]), pre-normed."""
+    """h + MLP([h, mean over the row's candidates, max over them]), pre-normed. `dropout`
+    (training only) on the MLP's hidden units."""
 
-    def __init__(self, hidden: int) -> None:
+    def __init__(self, hidden: int, dropout: float = 0.0) -> None:
         super().__init__()
+        self.dropout = dropout
         self.norm = nn.LayerNorm(hidden)
         self.mlp = nn.Sequential(
             nn.Linear(3 * hidden, 2 * hidden), nn.GELU(), nn.Linear(2 * hidden, hidden)
@@ -61,15 +65,18 @@ class SetLayer(nn.Module):
         mean = (u * m).sum(1, keepdim=True) / m.sum(1, keepdim=True).clamp(min=1)
         peak = u.masked_fill(~m, float("-inf")).amax(1, keepdim=True)
         peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
-        return h + self.mlp(torch.cat([u, mean.expand_as(u), peak.expand_as(u)], -1))
+        inner = self.mlp[1](self.mlp[0](torch.cat([u, mean.expand_as(u), peak.expand_as(u)], -1)))
+        inner = F.dropout(inner, self.dropout, self.training)
+        return h + self.mlp[2](inner)
 
 
 class TinyRecursiveModel(nn.Module):
-    def __init__(self, width: int, hidden: int, n: int, cycles: int) -> None:
+    def __init__(self, width: int, hidden: int, n: int, cycles: int, dropout: float = 0.0) -> None:
         super().__init__()
         self.n, self.cycles = n, cycles
         self.embed = nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, hidden))
-        self.net = nn.ModuleList([SetLayer(hidden), SetLayer(hidden)])  # the one network f
+        # the one network f
+        self.net = nn.ModuleList([SetLayer(hidden, dropout), SetLayer(hidden, dropout)])
         self.y0 = nn.Parameter(torch.zeros(hidden))
         self.z0 = nn.Parameter(torch.zeros(hidden))
         self.out_norm = nn.LayerNorm(hidden)
@@ -162,7 +169,11 @@ class Encoded:
 # ---- files -------------------------------------------------------------------------------------
 def build(space: FeatureSpace, config: dict[str, Any]) -> TinyRecursiveModel:
     return TinyRecursiveModel(
-        space.width, int(config["hidden"]), int(config["n_recursions"]), int(config["cycles"])
+        space.width,
+        int(config["hidden"]),
+        int(config["n_recursions"]),
+        int(config["cycles"]),
+        float(config.get("dropout") or 0.0),
     )
 
 
