@@ -23,19 +23,66 @@ class StrictModel(BaseModel):
 class Budget(StrictModel):
     """Checked at step and candidate boundaries (SPEC §3.2a): a run may overshoot by one step."""
 
-    max_seconds: float | None = Field(default=None, gt=0, le=1e9)
-    max_tokens: int | None = Field(default=None, gt=0, le=10**15)
-    max_candidates: int | None = Field(default=None, gt=0, le=MAX_COUNT)
+    max_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e9,
+        description="Wall-clock seconds the run may work before it stops as `budget` (null: the "
+        "server's TRM_MAX_SECONDS bounds the work it asks for at submit instead).",
+    )
+    max_tokens: int | None = Field(
+        default=None,
+        gt=0,
+        le=10**15,
+        description="Training tokens (the trainer's running `tokens_trained`) after which the run "
+        "stops as `budget`; null: no token limit.",
+    )
+    max_candidates: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_COUNT,
+        description="Candidates a search may try before it stops as `budget`; null: no limit "
+        "beyond its own rules.",
+    )
 
 
 class Notify(StrictModel):
-    url: str = Field(max_length=2000)
+    url: str = Field(
+        max_length=2000,
+        description="Where the run's terminal status is POSTed, signed with TRM_NOTIFY_SECRET; its "
+        "host must be on the server's TRM_NOTIFY_ALLOW.",
+    )
 
 
 class CommonSpec(StrictModel):
-    name: str | None = Field(default=None, max_length=200)
-    dry_run: bool = False
-    probe: bool = False
-    budget: Budget = Field(default_factory=Budget)
-    max_attempts: int | None = Field(default=None, ge=1, le=10)
-    notify: Notify | None = None
+    name: str | None = Field(
+        default=None,
+        max_length=200,
+        description="A label for the run, shown with it in listings; it changes nothing the run "
+        "does.",
+    )
+    dry_run: bool = Field(
+        default=False,
+        description="Validate and plan only: every stage is marked `planned` with what it would "
+        "do, nothing is trained, and the run is queued on the cpu queue.",
+    )
+    probe: bool = Field(
+        default=False,
+        description="A smoke run that checks the spec end to end: the trainer runs one batch (trm, "
+        "qlora) or 8 rows and 2 trees (gbdt), and evaluation scores a row or two.",
+    )
+    budget: Budget = Field(
+        default_factory=Budget,
+        description="Limits on the run's work, checked at step and candidate boundaries.",
+    )
+    max_attempts: int | None = Field(
+        default=None,
+        ge=1,
+        le=10,
+        description="Attempts the run gets before an interrupted run is failed instead of "
+        "re-queued; null: the server's TRM_MAX_ATTEMPTS.",
+    )
+    notify: Notify | None = Field(
+        default=None,
+        description="A webhook told of the run's terminal status; null: none.",
+    )
