@@ -32,45 +32,141 @@ class TrmTrainerConfig(StrictModel):
     estimate within the worker's free RAM (VRAM on a GPU); either refusal is `bad_input` naming
     the knobs and the figure."""
 
-    n_recursions: int = Field(default=2, ge=1, le=16)
-    cycles: int = Field(default=2, ge=1, le=8)
-    supervision_steps: int = Field(default=3, ge=1, le=16)
-    hidden: int = Field(default=64, ge=8, le=1024)
-    epochs: int = Field(default=40, ge=1, le=1000)
-    patience: int = Field(default=8, ge=1, le=1000)
+    n_recursions: int = Field(
+        default=2,
+        ge=1,
+        le=16,
+        description="Latent updates per answer update (the paper's n): more compute per step "
+        "for a deeper look at each row.",
+    )
+    cycles: int = Field(
+        default=2,
+        ge=1,
+        le=8,
+        description="Answer-update cycles per supervision step (the paper's T); all but the last "
+        "run without gradients.",
+    )
+    supervision_steps: int = Field(
+        default=3,
+        ge=1,
+        le=16,
+        description="Deeply supervised steps per batch, each with a loss, cut short by the halting "
+        "head (the paper's N_sup).",
+    )
+    hidden: int = Field(
+        default=64,
+        ge=8,
+        le=1024,
+        description="Width of the network's hidden layers: the model's size and memory grow "
+        "with it.",
+    )
+    epochs: int = Field(
+        default=40,
+        ge=1,
+        le=1000,
+        description="Passes over the train split at most; `patience` or `max_steps` may stop "
+        "sooner.",
+    )
+    patience: int = Field(
+        default=8,
+        ge=1,
+        le=1000,
+        description="Epochs without a better val figure (`select_by`) after which training stops.",
+    )
     max_steps: int | None = Field(default=None, ge=1, description=STEPS_LIMIT)
-    batch_size: int = Field(default=32, ge=1, le=4096)
-    grad_accum: int = Field(default=1, ge=1, le=1024)
-    lr: float = Field(default=2e-3, gt=0, lt=1)
-    # Weight of the halting head's loss beside the answer's.
-    halt_weight: float = Field(default=0.5, ge=0, le=10)
-    # Share of the features removed from each training row (all its candidates alike).
-    feature_dropout: float = Field(default=0.0, ge=0, lt=1)
-    # Dropout on the network's hidden units while training (none at inference): 0 by default
-    # (docs/quality.md: at 0.2, grid +0.02 and schedule -0.05 on fresh seeds).
-    dropout: float = Field(default=0.0, ge=0, lt=1)
-    # Which val figure picks the epoch kept: `accuracy` (ties: the lower loss); where the score
-    # is a ranking across rows (a router swept by threshold), not the pick of each, `auc` (per
-    # row, the share of the labelled candidate's wrong instances in other rows it outscores: for
-    # two candidates the ROC AUC; ties: the lower loss) or `loss`.
-    select_by: Literal["accuracy", "loss", "auc"] = "accuracy"
-    # How long context texts are read: `tokens`, as words; `smollm2`, also by the frozen
-    # SmolLM2-135M as a sentence encoder (`E:` features: worker/models/sentence.py).
-    text_encoder: TextEncoder = "tokens"
-    checkpoint_every: int = Field(default=200, ge=1, le=MAX_COUNT)
+    batch_size: int = Field(
+        default=32, ge=1, le=4096, description="Train rows per forward pass (micro-batch)."
+    )
+    grad_accum: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="Batches whose gradients add up to one optimizer step (1 in a probe).",
+    )
+    lr: float = Field(
+        default=2e-3,
+        gt=0,
+        lt=1,
+        description="Peak AdamW learning rate: a linear warmup to it, then a cosine down to a "
+        "tenth of it.",
+    )
+    halt_weight: float = Field(
+        default=0.5,
+        ge=0,
+        le=10,
+        description="Weight of the halting head's loss beside the answer's.",
+    )
+    feature_dropout: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="Share of the features removed from each training row (value and presence, "
+        "all its candidates alike): a regularizer for worlds that show fewer features; 0: none.",
+    )
+    dropout: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="Dropout on the network's hidden units while training (none at inference); "
+        "0: none (docs/quality.md: at 0.2, grid +0.02 and schedule -0.05 on fresh seeds).",
+    )
+    select_by: Literal["accuracy", "loss", "auc"] = Field(
+        default="accuracy",
+        description="Which val figure picks the epoch kept: `accuracy` (ties: the lower loss); "
+        "where the score is a ranking across rows (a router swept by threshold), not the pick of "
+        "each, `auc` (per row, the share of the labelled candidate's wrong instances in other "
+        "rows it outscores: for two candidates the ROC AUC; ties: the lower loss) or `loss`.",
+    )
+    text_encoder: TextEncoder = Field(
+        default="tokens",
+        description="How long context texts are read: `tokens`, as words; `smollm2`, also by "
+        "the frozen SmolLM2-135M as a sentence encoder (`E:` features: "
+        "worker/models/sentence.py).",
+    )
+    checkpoint_every: int = Field(
+        default=200,
+        ge=1,
+        le=MAX_COUNT,
+        description="Batches between checkpoints (one is also written on a stop); an interrupted "
+        "run resumes from the newest.",
+    )
 
 
 class GbdtTrainerConfig(StrictModel):
     """The reference learner (worker/train/gbdt.py): a LightGBM candidate ranker over the same
     (state, candidate) features as the trm. What a user would pick instead of a neural model."""
 
-    n_estimators: int = Field(default=400, ge=1, le=5000)
-    learning_rate: float = Field(default=0.05, gt=0, le=1)
-    num_leaves: int = Field(default=31, ge=2, le=1024)
-    min_child_samples: int = Field(default=5, ge=1, le=10000)
-    # Boosting stops when the val split's accuracy has not improved for this many rounds.
-    early_stopping_rounds: int = Field(default=50, ge=1, le=5000)
-    text_encoder: TextEncoder = "tokens"  # as the trm's
+    n_estimators: int = Field(
+        default=400,
+        ge=1,
+        le=5000,
+        description="Boosting rounds (trees) at most; early stopping may keep fewer.",
+    )
+    learning_rate: float = Field(
+        default=0.05, gt=0, le=1, description="Shrinkage applied to each tree's contribution."
+    )
+    num_leaves: int = Field(
+        default=31,
+        ge=2,
+        le=1024,
+        description="Leaves per tree at most: larger fits finer, and overfits sooner.",
+    )
+    min_child_samples: int = Field(
+        default=5,
+        ge=1,
+        le=10000,
+        description="Rows a leaf must hold at least: larger smooths the trees.",
+    )
+    early_stopping_rounds: int = Field(
+        default=50,
+        ge=1,
+        le=5000,
+        description="Boosting stops when the val split's accuracy has not improved for this "
+        "many rounds; the best round is kept.",
+    )
+    text_encoder: TextEncoder = Field(
+        default="tokens", description="How long context texts are read, as the trm's."
+    )
 
 
 EFFECTIVE_BATCH = 16  # rows per qlora optimizer step when grad_accum is auto
@@ -96,14 +192,35 @@ class QloraTrainerConfig(StrictModel):
     the memory estimate within the worker's free RAM or VRAM (worker/models/footprint.py), else
     `bad_input` with the figure."""
 
-    base_model: str = Field(default="smollm2-135m-instruct", min_length=1, max_length=200)
-    r: int = Field(default=16, ge=1, le=512)
-    alpha: int = Field(default=32, ge=1, le=4096)
-    dropout: float = Field(default=0.05, ge=0, lt=1)
-    target_modules: list[str] | Literal["all-linear"] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], max_length=64
+    base_model: str = Field(
+        default="smollm2-135m-instruct",
+        min_length=1,
+        max_length=200,
+        description="The model adapted: a folder in MODEL_CACHE, or the built-in "
+        "`smollm2-135m-instruct`; nothing is downloaded.",
     )
-    lr: float = Field(default=2e-4, gt=0, lt=1)
+    r: int = Field(
+        default=16,
+        ge=1,
+        le=512,
+        description="LoRA rank: the adapters' width, so their size and what they can learn.",
+    )
+    alpha: int = Field(
+        default=32,
+        ge=1,
+        le=4096,
+        description="LoRA scaling: the adapters' update is scaled by alpha / r.",
+    )
+    dropout: float = Field(
+        default=0.05, ge=0, lt=1, description="Dropout on the adapters' input while training."
+    )
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        max_length=64,
+        description="The base model's layers that get adapters, by name; `all-linear`: every "
+        "linear layer.",
+    )
+    lr: float = Field(default=2e-4, gt=0, lt=1, description="Peak learning rate of the adapters.")
     micro_batch: BatchSize = Field(
         default="auto",
         description="Packed sequences per forward pass: auto is 1 on a CPU (the fastest there, "
@@ -114,16 +231,42 @@ class QloraTrainerConfig(StrictModel):
         description=f"Micro-batches per optimizer step: auto makes an effective batch of "
         f"{EFFECTIVE_BATCH} ({EFFECTIVE_BATCH} // micro_batch, at least 1).",
     )
-    max_seq_len: int = Field(default=512, ge=16, le=32768)  # a route row renders to ~410 tokens
-    epochs: int = Field(default=1, ge=1, le=100)
+    max_seq_len: int = Field(
+        default=512,
+        ge=16,
+        le=32768,
+        description="Tokens per training sequence; a row longer than this with its whole answer "
+        "is refused (a route row renders to about 410 tokens).",
+    )
+    epochs: int = Field(default=1, ge=1, le=100, description="Passes over the train split.")
     max_steps: int | None = Field(default=None, ge=1, description=STEPS_LIMIT)
-    eval_every: int = Field(default=50, ge=1, le=MAX_COUNT)
-    # The val rows of that eval (the first ones; a signal, not the scorecard): the val loss is
-    # taken before the first step, every `eval_every` steps and at the end; 0: no eval.
-    eval_rows: int = Field(default=256, ge=0, le=MAX_COUNT)
-    checkpoint_every: int = Field(default=50, ge=1, le=MAX_COUNT)
-    packing: bool = True
-    seed: Seed = 0
+    eval_every: int = Field(
+        default=50,
+        ge=1,
+        le=MAX_COUNT,
+        description="Optimizer steps between val-loss evals (also taken before the first step "
+        "and at the end).",
+    )
+    eval_rows: int = Field(
+        default=256,
+        ge=0,
+        le=MAX_COUNT,
+        description="The val rows of that eval (the first ones; a signal, not the scorecard); "
+        "0: no eval.",
+    )
+    checkpoint_every: int = Field(
+        default=50,
+        ge=1,
+        le=MAX_COUNT,
+        description="Optimizer steps between checkpoints; an interrupted run resumes from the "
+        "newest.",
+    )
+    packing: bool = Field(
+        default=True,
+        description="Pack several rows into each `max_seq_len` sequence (each attending only "
+        "to itself); false: one row a sequence, grouped by length.",
+    )
+    seed: Seed = Field(default=0, description="Unused in a run: the run's own `seed` wins over it.")
     # Speed knobs: none of them changes what is computed, only how fast and in how much
     # memory (compute_dtype aside, which changes the rounding).
     compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
@@ -155,21 +298,48 @@ class TrainEvaluateConfig(StrictModel):
     takes: `train_sample` rows of the train split give train_score and the generalization gap;
     `episodes` rollouts per anchor world give the failure and recovery rates."""
 
-    train_sample: int = Field(default=1000, ge=1, le=MAX_COUNT)
-    episodes: int = Field(default=20, ge=1, le=1000)
+    train_sample: int = Field(
+        default=1000,
+        ge=1,
+        le=MAX_COUNT,
+        description="Rows of the train split scored for train_score and the generalization gap.",
+    )
+    episodes: int = Field(
+        default=20,
+        ge=1,
+        le=1000,
+        description="Rollouts per anchor world, for the failure and recovery rates.",
+    )
 
 
 class TrainSpec(CommonSpec):
-    kind: Literal["train"]
-    # trm_grid: the whole-answer trm on puzzle sets (core/schemas/puzzles.py), not a controller.
-    trainer: Literal["trm", "gbdt", "qlora", "trm_grid"] = "trm"
-    corpus: CorpusSpec
-    trm: TrmTrainerConfig = Field(default_factory=TrmTrainerConfig)
-    gbdt: GbdtTrainerConfig = Field(default_factory=GbdtTrainerConfig)
-    qlora: QloraTrainerConfig = Field(default_factory=QloraTrainerConfig)
-    trm_grid: GridTrainerConfig = Field(default_factory=GridTrainerConfig)
-    evaluate: TrainEvaluateConfig = Field(default_factory=TrainEvaluateConfig)
-    seed: Seed = 0
+    kind: Literal["train"] = Field(description="The run kind: `train`.")
+    trainer: Literal["trm", "gbdt", "qlora", "trm_grid"] = Field(
+        default="trm",
+        description="Which learner is trained; only its config below is read. `trm_grid` is the "
+        "whole-answer trm on puzzle sets (core/schemas/puzzles.py), not a controller.",
+    )
+    corpus: CorpusSpec = Field(description="The rows trained and scored on, and their split.")
+    trm: TrmTrainerConfig = Field(
+        default_factory=TrmTrainerConfig, description="Read when `trainer` is `trm`."
+    )
+    gbdt: GbdtTrainerConfig = Field(
+        default_factory=GbdtTrainerConfig, description="Read when `trainer` is `gbdt`."
+    )
+    qlora: QloraTrainerConfig = Field(
+        default_factory=QloraTrainerConfig, description="Read when `trainer` is `qlora`."
+    )
+    trm_grid: GridTrainerConfig = Field(
+        default_factory=GridTrainerConfig, description="Read when `trainer` is `trm_grid`."
+    )
+    evaluate: TrainEvaluateConfig = Field(
+        default_factory=TrainEvaluateConfig,
+        description="How much the evaluate stage scores besides the anchors.",
+    )
+    seed: Seed = Field(
+        default=0,
+        description="Drives the trainer's init and data order and the rows evaluation samples.",
+    )
 
     @field_validator("corpus")
     @classmethod
