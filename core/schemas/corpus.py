@@ -19,7 +19,15 @@ from core.schemas.puzzles import PuzzleSource
 # Bounds on lists a spec may name: far above any real corpus, low enough that validating and
 # storing a spec stays cheap.
 MAX_SOURCES, MAX_NAMES, MAX_MAP = 64, 1000, 100_000
-Name = Annotated[str, Field(min_length=1, max_length=200)]
+Name = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=200,
+        description="The source's name, unique in the corpus: its rows' default run, and the key "
+        "of `knobs.source_mix`.",
+    ),
+]
 # A controller's name (core/controllers.py's rule).
 CONTROLLER_NAME = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 # A data set's name (core/datasets.py): its folder DATA_DIR/datasets/<name>/.
@@ -53,31 +61,62 @@ class LogFiles(StrictModel):
 class TrmPlayRootSource(LogFiles):
     """`<path>/worlds/*/trm_traces.jsonl`, the play logs of an AICOO/TRM setup (or `trm envs`)."""
 
-    type: Literal["trm_play_root"]
+    type: Literal["trm_play_root"] = Field(description="An AICOO/TRM play root.")
     name: Name
-    # "PICK n" counts candidates from 0 (the original traces); a row may override with `pick_base`.
-    pick_base: Literal[0, 1] = 0
-    # Run name for every row that names none (default: the source name).
-    run: str | None = None
+    pick_base: Literal[0, 1] = Field(
+        default=0,
+        description='What "PICK n" counts candidates from: 0 (the original traces) or 1; a row '
+        "may override it with its own `pick_base`.",
+    )
+    run: str | None = Field(
+        default=None,
+        description="Run name for every row that names none; null: the source name.",
+    )
 
 
 class JsonlSource(LogFiles):
     """A JSONL file (or a folder of `*.jsonl`): rows already normalized, or reasoning traces
     mapped field by field (dotted paths such as `obs.position`)."""
 
-    type: Literal["jsonl"]
+    type: Literal["jsonl"] = Field(description="A JSONL file or folder of them.")
     name: Name
-    mode: Literal["normalized", "reasoning_trace"] = "normalized"
-    state_fields: list[str] = Field(default_factory=list, max_length=MAX_NAMES)
-    tools_field: str | None = None
-    tools_default: list[str] | None = Field(default=None, max_length=MAX_NAMES)
-    # A list beside the tools, one shared tag each (`options.tags`): what
-    # `namespace_normalization: auto` maps the ids to.
-    tags_field: str | None = None
-    action_field: str | None = None
-    action_default: str | None = None
-    # A list of dotted paths (meta key = last part) or {meta_key: dotted_path}.
-    meta_fields: list[str] | dict[str, str] = Field(default_factory=list, max_length=MAX_NAMES)
+    mode: Literal["normalized", "reasoning_trace"] = Field(
+        default="normalized",
+        description="`normalized`: each row already has state, tools and action; "
+        "`reasoning_trace`: they are read from the fields below.",
+    )
+    state_fields: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_NAMES,
+        description="reasoning_trace: dotted paths whose values make the state, each under its "
+        "last part (the full path when two collide).",
+    )
+    tools_field: str | None = Field(
+        default=None, description="reasoning_trace: dotted path of a row's candidate list."
+    )
+    tools_default: list[str] | None = Field(
+        default=None,
+        max_length=MAX_NAMES,
+        description="reasoning_trace: the candidates of a row without `tools_field`.",
+    )
+    tags_field: str | None = Field(
+        default=None,
+        description="reasoning_trace: dotted path of a list beside the tools, one shared tag each "
+        "(`options.tags`): what `namespace_normalization: auto` maps the ids to.",
+    )
+    action_field: str | None = Field(
+        default=None, description="reasoning_trace: dotted path of the action taken."
+    )
+    action_default: str | None = Field(
+        default=None,
+        description="reasoning_trace: the action of a row without `action_field`.",
+    )
+    meta_fields: list[str] | dict[str, str] = Field(
+        default_factory=list,
+        max_length=MAX_NAMES,
+        description="reasoning_trace: fields copied into each row's meta: a list of dotted paths "
+        "(meta key = last part) or {meta_key: dotted_path}.",
+    )
 
     @model_validator(mode="after")
     def _mapping_fits_mode(self) -> JsonlSource:
@@ -109,10 +148,14 @@ class RouterJsonlSource(LogFiles):
     """Router rows: `input.prompt_text`, `output.{route, intent, adapter_id, expert_id,
     prompt_family, tool_caps, rationale}`."""
 
-    type: Literal["router_jsonl"]
+    type: Literal["router_jsonl"] = Field(description="Router rows.")
     name: Name
-    # The candidate routes of every row; default: every route seen in this source, sorted.
-    routes: list[str] | None = Field(default=None, max_length=MAX_NAMES)
+    routes: list[str] | None = Field(
+        default=None,
+        max_length=MAX_NAMES,
+        description="The candidate routes of every row; null: every route seen in this source, "
+        "sorted.",
+    )
 
 
 class RouteLlmSource(StrictModel):
@@ -140,11 +183,17 @@ class JobShopGenerate(StrictModel):
     once in a random order, uniform durations), `count` of them, the sizes drawn per instance
     from the ranges; seeded, so the same knobs write the same files."""
 
-    count: int = Field(default=40, ge=1, le=1000)
-    jobs: tuple[int, int] = (6, 15)
-    machines: tuple[int, int] = (5, 15)
-    durations: tuple[int, int] = (1, 99)
-    seed: Seed = 0
+    count: int = Field(default=40, ge=1, le=1000, description="Instances written.")
+    jobs: tuple[int, int] = Field(
+        default=(6, 15), description="[low, high] jobs per instance (1 to 50)."
+    )
+    machines: tuple[int, int] = Field(
+        default=(5, 15), description="[low, high] machines per instance (1 to 20)."
+    )
+    durations: tuple[int, int] = Field(
+        default=(1, 99), description="[low, high] of an operation's duration (0 to 1000)."
+    )
+    seed: Seed = Field(default=0, description="Seeds the instances drawn.")
 
     @model_validator(mode="after")
     def _ranges(self) -> JobShopGenerate:
@@ -165,14 +214,30 @@ class JobShopSource(StrictModel):
     bounded: at most 1000 instance files, each solve within twice `solve_seconds` of wall
     time, and generation asks for at most 7200 s of solving."""
 
-    type: Literal["jobshop"]
+    type: Literal["jobshop"] = Field(description="Job-shop dispatching rows.")
     name: Name
-    path: str = Field(max_length=4096)
-    generate: JobShopGenerate | None = None
-    solve_seconds: float = Field(default=2.0, gt=0, le=60)
-    # The dispatching scheme the rows are replayed under: `active` (Giffler-Thompson) or
-    # `non_delay`; a policy must be rolled out under the scheme it learned.
-    scheme: Literal["active", "non_delay"] = "active"
+    path: str = Field(
+        max_length=4096,
+        description="A folder of instance files (Taillard / OR-Library text); created with "
+        "`generate`.",
+    )
+    generate: JobShopGenerate | None = Field(
+        default=None,
+        description="Random instances to write to `path` first; null: read the files there.",
+    )
+    solve_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        le=60,
+        description="CP-SAT's time per instance, in seconds: longer finds better schedules to "
+        "imitate.",
+    )
+    scheme: Literal["active", "non_delay"] = Field(
+        default="active",
+        description="The dispatching scheme the rows are replayed under: `active` "
+        "(Giffler-Thompson) or `non_delay`; a policy must be rolled out under the scheme it "
+        "learned.",
+    )
 
     @model_validator(mode="after")
     def _bounded(self) -> JobShopSource:
@@ -209,12 +274,17 @@ class BfclSource(StrictModel):
     folder holding them (a checkout's `bfcl_eval/data`); left out, the installed bfcl-eval
     package's data folder (`pip install --no-deps bfcl-eval`) is filled in."""
 
-    type: Literal["bfcl"]
+    type: Literal["bfcl"] = Field(description="BFCL questions and answers.")
     name: Name
-    path: str = Field(max_length=4096)
+    path: str = Field(
+        max_length=4096,
+        description="A folder holding BFCL_v4_*.json and possible_answer/; left out: the "
+        "installed bfcl-eval package's data folder.",
+    )
     categories: list[BfclCategory] = Field(
         default=["multiple", "live_multiple", "irrelevance", "live_irrelevance"],
         min_length=1, max_length=8,
+        description="The BFCL categories read (each row one function call or none).",
     )  # fmt: skip
 
     @model_validator(mode="before")
@@ -240,16 +310,30 @@ class DecisionLogSource(StrictModel):
     decisions that succeeded; `all` keeps the failed ones too, as negatives (critic.jsonl, never
     imitated). Decisions with no outcome yet are left out (counted)."""
 
-    type: Literal["decision_log"]
+    type: Literal["decision_log"] = Field(description="A controller's logged decisions.")
     name: Name
-    controller: str = Field(pattern=CONTROLLER_NAME, max_length=64)
-    # Only these versions' decisions (default: every version's).
-    versions: list[Annotated[int, Field(ge=1, le=2**31 - 1)]] | None = Field(
-        default=None, min_length=1, max_length=MAX_NAMES
+    controller: str = Field(
+        pattern=CONTROLLER_NAME,
+        max_length=64,
+        description="The controller whose decisions are read.",
     )
-    outcomes: Literal["success_only", "all"] = "success_only"
-    # The newest this many decisions are read.
-    max_rows: int = Field(default=100_000, ge=1, le=MAX_COUNT)
+    versions: list[Annotated[int, Field(ge=1, le=2**31 - 1)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_NAMES,
+        description="Only these versions' decisions; null: every version's.",
+    )
+    outcomes: Literal["success_only", "all"] = Field(
+        default="success_only",
+        description="`success_only` keeps the decisions that succeeded; `all` keeps the failed "
+        "ones too, as negatives (critic.jsonl, never imitated).",
+    )
+    max_rows: int = Field(
+        default=100_000,
+        ge=1,
+        le=MAX_COUNT,
+        description="Decisions read at most, the newest first.",
+    )
 
     @property
     def path(self) -> str:
@@ -265,36 +349,81 @@ Source = Annotated[
 
 
 class SplitSpec(StrictModel):
-    # None: `env` when the rows span 3+ envs, else `run` when 3+ runs, else `episode`.
-    by: Literal["env", "run", "episode", "row"] | None = None
-    seed: Seed = 0
-    val_fraction: float = Field(default=0.2, ge=0.0, lt=1.0)
-    # Held out entirely, never trained on: env names or group keys (`env/run`, `env/run/episode`)
-    # at the split level or coarser.
-    anchor: list[str] = Field(default_factory=list, max_length=MAX_MAP)
+    by: Literal["env", "run", "episode", "row"] | None = Field(
+        default=None,
+        description="The groups kept whole on one side of the train/val split; null: `env` when "
+        "the rows span 3+ envs, else `run` when 3+ runs, else `episode`.",
+    )
+    seed: Seed = Field(
+        default=0, description="Seeds which groups go to val, and every knob's sampling."
+    )
+    val_fraction: float = Field(
+        default=0.2,
+        ge=0.0,
+        lt=1.0,
+        description="Share of the groups that go to val (unless `knobs.heldout_breadth` is set).",
+    )
+    anchor: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_MAP,
+        description="Held out entirely, never trained on, and scored as anchors: env names or "
+        "group keys (`env/run`, `env/run/episode`) at the split level or coarser.",
+    )
 
 
 class Knobs(StrictModel):
     """The data knobs the hill-climb turns (SPEC §4, §8). Each is deterministic in `split.seed`."""
 
-    # Weight per source name for the train split (every source named; 0 leaves it out).
-    source_mix: dict[str, float] = Field(default_factory=dict, max_length=MAX_SOURCES)
-    # How many groups leave training (go to val); 0 means "use split.val_fraction".
-    heldout_breadth: int = Field(default=0, ge=0, le=MAX_COUNT)
-    state_compression: Literal["full", "keys", "minimal"] = "full"
-    # Top-level state keys that survive `keys`/`minimal`; empty means "all but trace extras".
-    state_keys: list[str] = Field(default_factory=list, max_length=MAX_NAMES)
-    # Negatives in critic.jsonl from train groups, as a share of the train rows; None keeps all.
-    negative_rate: float | None = Field(default=None, ge=0.0, le=1000.0)
-    # Share of recovery rows in train (reached by downsampling); None keeps the natural share.
-    recovery_rate: float | None = Field(default=None, ge=0.0, le=1.0)
-    # True: shared tags from `namespace_map`, else the id without its env prefix and namespace.
-    # "auto": each world's own `action_tags` (its world.json / the trace's event), e.g.
-    # `use-trm` -> `route:TRM_ONLY`, `left` -> `move:west`; ids a world does not tag stay as
-    # they are. The raw ids stay in each row's meta.
-    namespace_normalization: bool | Literal["auto"] = False
-    # Explicit raw id -> shared tag; it wins over a world's own tags.
-    namespace_map: dict[str, str] = Field(default_factory=dict, max_length=MAX_MAP)
+    source_mix: dict[str, float] = Field(
+        default_factory=dict,
+        max_length=MAX_SOURCES,
+        description="Weight per source name for the train split (every source named; 0 leaves "
+        "it out); empty: the rows as read.",
+    )
+    heldout_breadth: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_COUNT,
+        description="How many groups leave training (go to val); 0: use `split.val_fraction`.",
+    )
+    state_compression: Literal["full", "keys", "minimal"] = Field(
+        default="full",
+        description="How much of the state a row keeps: `full` as logged; `keys`, the top-level "
+        "`state_keys`; `minimal`, those flattened to dotted leaves, ids dropped and floats "
+        "rounded to 2 digits.",
+    )
+    state_keys: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_NAMES,
+        description="Top-level state keys that survive `keys`/`minimal`; empty: all but the "
+        "trace extras.",
+    )
+    negative_rate: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1000.0,
+        description="Negatives in critic.jsonl from train groups, as a share of the train rows; "
+        "null keeps all.",
+    )
+    recovery_rate: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Share of recovery rows in train (reached by downsampling); null keeps the "
+        "natural share.",
+    )
+    namespace_normalization: bool | Literal["auto"] = Field(
+        default=False,
+        description="true: action ids become shared tags from `namespace_map`, else the id "
+        "without its env prefix and namespace; `auto`: each world's own `action_tags` (e.g. "
+        "`use-trm` -> `route:TRM_ONLY`), ids a world does not tag stay as they are. The raw "
+        "ids stay in each row's meta.",
+    )
+    namespace_map: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=MAX_MAP,
+        description="Explicit raw id -> shared tag; it wins over a world's own tags.",
+    )
 
     @model_validator(mode="after")
     def _weights_not_negative(self) -> Knobs:
@@ -307,14 +436,32 @@ class Knobs(StrictModel):
 
 
 class CorpusSpec(StrictModel):
-    sources: list[Source] = Field(min_length=1, max_length=MAX_SOURCES)
-    split: SplitSpec = Field(default_factory=SplitSpec)
-    # A family with fewer positive rows than this leaves the action corpus (to critic.jsonl).
-    min_exact_positives: int = Field(default=2, ge=0, le=MAX_COUNT)
-    knobs: Knobs = Field(default_factory=Knobs)
-    # What the assistant says in messages.jsonl: the action id alone, or the router JSON object.
-    contract: Literal["action_only", "json"] = "action_only"
-    dedupe: bool = True
+    sources: list[Source] = Field(
+        min_length=1,
+        max_length=MAX_SOURCES,
+        description="The logs read, each by its `type`; their rows are pooled.",
+    )
+    split: SplitSpec = Field(
+        default_factory=SplitSpec, description="How the rows divide into train, val and anchors."
+    )
+    min_exact_positives: int = Field(
+        default=2,
+        ge=0,
+        le=MAX_COUNT,
+        description="A family with fewer positive rows than this leaves the action corpus (to "
+        "critic.jsonl).",
+    )
+    knobs: Knobs = Field(default_factory=Knobs, description="The data knobs the hill-climb turns.")
+    contract: Literal["action_only", "json"] = Field(
+        default="action_only",
+        description="What the assistant says in messages.jsonl: the action id alone, or the "
+        "router JSON object.",
+    )
+    dedupe: bool = Field(
+        default=True,
+        description="Drop a row whose state, tools and action repeat an earlier one's (counted "
+        "as duplicates).",
+    )
 
     @model_validator(mode="after")
     def _names_line_up(self) -> CorpusSpec:
