@@ -23,28 +23,113 @@ from core.schemas.common import MAX_COUNT, STEPS_LIMIT, StrictModel
 
 
 class GridTrainerConfig(StrictModel):
-    hidden: int = Field(default=64, ge=8, le=1024)
-    mixer: Literal["mlp", "attention"] = "mlp"
-    heads: int = Field(default=4, ge=1, le=32)  # attention only; must divide `hidden`
-    expansion: float = Field(default=2.0, gt=0, le=8)  # inner width of the MLPs, x the width
-    n_recursions: int = Field(default=6, ge=1, le=16)
-    cycles: int = Field(default=3, ge=1, le=8)
-    supervision_steps: int = Field(default=16, ge=1, le=32)
-    gradient: Literal["full", "one_step"] = "full"
-    batch_size: int = Field(default=64, ge=1, le=4096)
+    hidden: int = Field(
+        default=64,
+        ge=8,
+        le=1024,
+        description="Width of each cell's vector: the model's size, work and memory grow with it.",
+    )
+    mixer: Literal["mlp", "attention"] = Field(
+        default="mlp",
+        description="How cells exchange information in each block: an MLP along the cells, or "
+        "self-attention.",
+    )
+    heads: int = Field(
+        default=4,
+        ge=1,
+        le=32,
+        description="Attention heads (the attention mixer only); must divide `hidden`.",
+    )
+    expansion: float = Field(
+        default=2.0,
+        gt=0,
+        le=8,
+        description="Inner width of the MLPs, as a multiple of the width they read.",
+    )
+    n_recursions: int = Field(
+        default=6,
+        ge=1,
+        le=16,
+        description="Latent updates per answer update (the paper's n).",
+    )
+    cycles: int = Field(
+        default=3,
+        ge=1,
+        le=8,
+        description="Rounds per supervision step, the first cycles-1 without gradients (the "
+        "paper's T).",
+    )
+    supervision_steps: int = Field(
+        default=16,
+        ge=1,
+        le=32,
+        description="Deeply supervised steps a puzzle gets at most, each over the carried (y, z); "
+        "the halting head may free it sooner (the paper's N_sup).",
+    )
+    gradient: Literal["full", "one_step"] = Field(
+        default="full",
+        description="`full` back-propagates through every recorded update; `one_step` through "
+        "the last latent update and the answer update only (the paper's comparison).",
+    )
+    batch_size: int = Field(
+        default=64, ge=1, le=4096, description="Puzzles in flight per optimizer step."
+    )
     max_steps: int = Field(default=2000, ge=1, description=STEPS_LIMIT)
-    lr: float = Field(default=1e-3, gt=0, lt=1)
-    weight_decay: float = Field(default=0.1, ge=0, le=10)
-    warmup_steps: int = Field(default=100, ge=0, le=1_000_000)
-    # The halting head's loss beside the answer's, and the share of puzzles made to run a
-    # random number of supervision steps before they may halt (the paper's exploration).
-    halt_weight: float = Field(default=0.5, ge=0, le=10)
-    halt_exploration: float = Field(default=0.1, ge=0, le=1)
-    ema_decay: float = Field(default=0.999, ge=0, lt=1)
-    augment: bool = True
-    eval_every: int = Field(default=200, ge=1, le=1_000_000)
-    eval_puzzles: int = Field(default=256, ge=1, le=100_000)
-    checkpoint_every: int = Field(default=500, ge=1, le=1_000_000)
+    lr: float = Field(
+        default=1e-3,
+        gt=0,
+        lt=1,
+        description="AdamW learning rate, reached after `warmup_steps`.",
+    )
+    weight_decay: float = Field(default=0.1, ge=0, le=10, description="AdamW weight decay.")
+    warmup_steps: int = Field(
+        default=100,
+        ge=0,
+        le=1_000_000,
+        description="Optimizer steps over which the learning rate rises linearly to `lr`.",
+    )
+    halt_weight: float = Field(
+        default=0.5,
+        ge=0,
+        le=10,
+        description="Weight of the halting head's loss beside the answer's.",
+    )
+    halt_exploration: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="Share of puzzles made to run a random 2..N_sup supervision steps before "
+        "they may halt (the paper's exploration).",
+    )
+    ema_decay: float = Field(
+        default=0.999,
+        ge=0,
+        lt=1,
+        description="Decay of the weights' moving average, the weights scored and kept.",
+    )
+    augment: bool = Field(
+        default=True,
+        description="Give each drawn puzzle a random answer-keeping transformation, so a small "
+        "set is seen in many forms.",
+    )
+    eval_every: int = Field(
+        default=200,
+        ge=1,
+        le=1_000_000,
+        description="Optimizer steps between val points; the best point's weights are kept.",
+    )
+    eval_puzzles: int = Field(
+        default=256,
+        ge=1,
+        le=100_000,
+        description="Val puzzles scored at each val point (all N_sup steps each).",
+    )
+    checkpoint_every: int = Field(
+        default=500,
+        ge=1,
+        le=1_000_000,
+        description="Optimizer steps between checkpoints (one is also written on a stop).",
+    )
 
     @field_validator("heads")
     @classmethod
@@ -75,10 +160,18 @@ class PuzzleSource(StrictModel):
     of them held out as the anchors (never trained on, never used to pick the model), then
     split.val_fraction of the rest as val; a source named in split.anchor is held out whole."""
 
-    type: Literal["puzzles"]
-    name: str = Field(min_length=1, max_length=200)
+    type: Literal["puzzles"] = Field(description="A generated puzzle set.")
+    name: str = Field(
+        min_length=1, max_length=200, description="The source's name, unique in the corpus."
+    )
     path: str = Field(max_length=4096, description="a folder under DATA_DIR holding a puzzle set")
-    anchor_share: float = Field(default=0.2, gt=0, lt=1)
+    anchor_share: float = Field(
+        default=0.2,
+        gt=0,
+        lt=1,
+        description="Share of the set's puzzles held out as anchors: never trained on, never "
+        "used to pick the model.",
+    )
     limit: int | None = Field(default=None, ge=1, le=MAX_COUNT, description="its first N puzzles")
 
 
