@@ -39,17 +39,40 @@ class KnobRanges(StrictModel):
     candidate also move them one step from there.
     """
 
-    source_mix: list[dict[str, float]] = Field(default_factory=list, max_length=MAX_VALUES)
-    heldout_breadth: list[int] = Field(default_factory=list, max_length=MAX_VALUES)
-    state_compression: list[Compression] = Field(default_factory=list, max_length=MAX_VALUES)
+    source_mix: list[dict[str, float]] = Field(
+        default_factory=list,
+        max_length=MAX_VALUES,
+        description="Source weightings a candidate may take, each weighing exactly the base "
+        "sources (corpus `knobs.source_mix`).",
+    )
+    heldout_breadth: list[int] = Field(
+        default_factory=list,
+        max_length=MAX_VALUES,
+        description="Values of the corpus knob `heldout_breadth` (groups sent to val), one step "
+        "from where the rung puts it.",
+    )
+    state_compression: list[Compression] = Field(
+        default_factory=list,
+        max_length=MAX_VALUES,
+        description="Values of the corpus knob `state_compression`, one step from where the rung "
+        "puts it.",
+    )
     negative_rate: list[float | None] = Field(
-        default_factory=lambda: [None, 0.1, 0.25, 0.5], max_length=MAX_VALUES
+        default_factory=lambda: [None, 0.1, 0.25, 0.5],
+        max_length=MAX_VALUES,
+        description="Values of the corpus knob `negative_rate` (critic negatives per train row; "
+        "null keeps all).",
     )
     recovery_rate: list[float | None] = Field(
-        default_factory=lambda: [None, 0.1, 0.2, 0.3], max_length=MAX_VALUES
+        default_factory=lambda: [None, 0.1, 0.2, 0.3],
+        max_length=MAX_VALUES,
+        description="Values of the corpus knob `recovery_rate` (share of recovery rows in "
+        "train; null keeps the natural share).",
     )
     namespace_normalization: list[bool | Literal["auto"]] = Field(
-        default_factory=_off_on, max_length=MAX_VALUES
+        default_factory=_off_on,
+        max_length=MAX_VALUES,
+        description="Values of the corpus knob `namespace_normalization`.",
     )
 
     @field_validator("heldout_breadth")
@@ -66,15 +89,39 @@ class TrainerKnobRanges(StrictModel):
     trainer's own setting is (a range could otherwise carry `hidden: [4096]` past the spec's
     bounds)."""
 
-    n_recursions: list[int] = Field(default_factory=list, max_length=MAX_VALUES)
-    cycles: list[int] = Field(default_factory=list, max_length=MAX_VALUES)
-    supervision_steps: list[int] = Field(default_factory=list, max_length=MAX_VALUES)
-    hidden: list[int] = Field(default_factory=list, max_length=MAX_VALUES)
-    epochs: list[int] = Field(default_factory=list, max_length=MAX_VALUES)
-    lr: list[float] = Field(default_factory=list, max_length=MAX_VALUES)
-    batch_size: list[int] = Field(default_factory=list, max_length=MAX_VALUES)
-    r: list[int] = Field(default_factory=list, max_length=MAX_VALUES)
-    alpha: list[int] = Field(default_factory=list, max_length=MAX_VALUES)
+    n_recursions: list[int] = Field(
+        default_factory=list, max_length=MAX_VALUES, description="Values of trm `n_recursions`."
+    )
+    cycles: list[int] = Field(
+        default_factory=list, max_length=MAX_VALUES, description="Values of trm `cycles`."
+    )
+    supervision_steps: list[int] = Field(
+        default_factory=list,
+        max_length=MAX_VALUES,
+        description="Values of trm `supervision_steps`.",
+    )
+    hidden: list[int] = Field(
+        default_factory=list, max_length=MAX_VALUES, description="Values of trm `hidden`."
+    )
+    epochs: list[int] = Field(
+        default_factory=list,
+        max_length=MAX_VALUES,
+        description="Values of the trainer's `epochs` (trm or qlora).",
+    )
+    lr: list[float] = Field(
+        default_factory=list,
+        max_length=MAX_VALUES,
+        description="Values of the trainer's `lr` (trm or qlora).",
+    )
+    batch_size: list[int] = Field(
+        default_factory=list, max_length=MAX_VALUES, description="Values of trm `batch_size`."
+    )
+    r: list[int] = Field(
+        default_factory=list, max_length=MAX_VALUES, description="Values of qlora `r`."
+    )
+    alpha: list[int] = Field(
+        default_factory=list, max_length=MAX_VALUES, description="Values of qlora `alpha`."
+    )
 
     @model_validator(mode="after")
     def _within_the_trainers_bounds(self) -> TrainerKnobRanges:
@@ -92,13 +139,24 @@ class TrainerKnobRanges(StrictModel):
 class Rung(StrictModel):
     """What one rung of the generalization ladder does to the data."""
 
-    name: str = Field(max_length=200)
-    # The split level; None keeps the base corpus' `split.by`.
-    split_by: Literal["env", "run", "episode", "row"] | None = None
-    heldout_breadth: int = Field(ge=0, le=MAX_COUNT)
-    state_compression: Compression
-    # True forces shared action tags from this rung up; False leaves the knob to the search.
-    namespace_normalization: bool = False
+    name: str = Field(max_length=200, description="The rung's name, shown in the ledger.")
+    split_by: Literal["env", "run", "episode", "row"] | None = Field(
+        default=None,
+        description="The split level on this rung; null keeps the base corpus' `split.by`.",
+    )
+    heldout_breadth: int = Field(
+        ge=0,
+        le=MAX_COUNT,
+        description="Groups sent to val on this rung (corpus `knobs.heldout_breadth`).",
+    )
+    state_compression: Compression = Field(
+        description="The corpus knob `state_compression` on this rung."
+    )
+    namespace_normalization: bool = Field(
+        default=False,
+        description="true forces shared action tags from this rung up; false leaves the knob "
+        "to the search.",
+    )
 
 
 class PromoteBest(StrictModel):
@@ -126,24 +184,71 @@ class PromoteBest(StrictModel):
 
 
 class HillclimbSpec(CommonSpec):
-    kind: Literal["hillclimb"]
-    base: dict[str, Any]
-    anchors: list[str] = Field(default_factory=list, max_length=100_000)
-    start_rung: int = Field(default=0, ge=0, le=5)
-    # Six rungs replacing the default ladder (worker/hillclimb/ladder.py), rung 0 first.
-    ladder: list[Rung] | None = Field(default=None, min_length=6, max_length=6)
-    knobs: KnobRanges = Field(default_factory=KnobRanges)
-    trainer_knobs: TrainerKnobRanges = Field(default_factory=TrainerKnobRanges)
-    patience: int = Field(default=3, ge=1, le=1000)
+    kind: Literal["hillclimb"] = Field(description="The run kind: `hillclimb`.")
+    base: dict[str, Any] = Field(
+        description="A full `train` spec (its `kind` may be left out): the root candidate every "
+        "mutation starts from."
+    )
+    anchors: list[str] = Field(
+        default_factory=list,
+        max_length=100_000,
+        description="The anchor groups every candidate is compared on, when the base corpus "
+        "names none (`split.anchor`); fixed for the whole search.",
+    )
+    start_rung: int = Field(
+        default=0, ge=0, le=5, description="The ladder rung the search starts on (0 to 5)."
+    )
+    ladder: list[Rung] | None = Field(
+        default=None,
+        min_length=6,
+        max_length=6,
+        description="Six rungs replacing the default ladder (worker/hillclimb/ladder.py), rung 0 "
+        "first.",
+    )
+    knobs: KnobRanges = Field(
+        default_factory=KnobRanges, description="The values each data knob may take."
+    )
+    trainer_knobs: TrainerKnobRanges = Field(
+        default_factory=TrainerKnobRanges,
+        description="Trainer settings the search may also turn; none by default.",
+    )
+    patience: int = Field(
+        default=3,
+        ge=1,
+        le=1000,
+        description="Candidates without a new best after which the search moves a rung (or, "
+        "after a move that found nothing better, stops).",
+    )
     max_candidates: int = Field(
         default=12, ge=1, description="at most the server's TRM_MAX_CANDIDATES (checked at submit)"
     )
-    parallelism: int = Field(default=1, ge=1, le=64)
-    noise_margin: float = Field(default=0.01, ge=0, le=1)
-    max_generalization_gap: float = Field(default=0.15, ge=0, le=1)
-    seed: Seed = 0
-    # When set, the best candidate becomes the name's next live version as the search ends.
-    promote: PromoteBest | None = None
+    parallelism: int = Field(
+        default=1, ge=1, le=64, description="Candidate runs kept in flight at once."
+    )
+    noise_margin: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="Anchor-score difference taken as noise: a candidate must beat the best by "
+        "more to become best (a near tie may branch), and the untrained model by more to count.",
+    )
+    max_generalization_gap: float = Field(
+        default=0.15,
+        ge=0,
+        le=1,
+        description="A candidate whose generalization gap is over this is discarded, however "
+        "well it scores.",
+    )
+    seed: Seed = Field(
+        default=0,
+        description="Drives the mutations: the same seed and candidate index pick the same one, "
+        "so a resumed search proposes what it would have.",
+    )
+    promote: PromoteBest | None = Field(
+        default=None,
+        description="When set, the best candidate becomes the name's next live version as the "
+        "search ends.",
+    )
 
     @field_validator("base", mode="before")
     @classmethod
