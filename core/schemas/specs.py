@@ -18,14 +18,38 @@ from core.schemas.train import TrainSpec
 class SelftestSpec(CommonSpec):
     """Checks a worker end to end: a CPU loop in a child process that checkpoints and resumes."""
 
-    kind: Literal["selftest"]
+    kind: Literal["selftest"] = Field(description="The run kind: `selftest`.")
     steps: int = Field(default=20, ge=1, description=STEPS_LIMIT)
-    step_seconds: float = Field(default=0.05, ge=0, le=60)
-    checkpoint_every: int = Field(default=1, ge=1, le=MAX_COUNT)
-    fail_at_step: int | None = Field(default=None, ge=1, le=MAX_COUNT)
-    # Hang (no progress, no exit) after this step: exercises stall detection (TRM_STALL_S).
-    stall_at_step: int | None = Field(default=None, ge=1, le=MAX_COUNT)
-    queue: Literal["gpu", "cpu"] = "cpu"
+    step_seconds: float = Field(
+        default=0.05,
+        ge=0,
+        le=60,
+        description="CPU seconds each step burns; steps x step_seconds is the work checked "
+        "against TRM_MAX_SECONDS.",
+    )
+    checkpoint_every: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_COUNT,
+        description="Steps between checkpoints (one is also written on a stop and at the end); "
+        "a resumed run starts from the newest.",
+    )
+    fail_at_step: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_COUNT,
+        description="Raise an error after this step, to exercise a failing run; null: never.",
+    )
+    stall_at_step: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_COUNT,
+        description="Hang (no progress, no exit) after this step: exercises stall detection "
+        "(TRM_STALL_S); null: never.",
+    )
+    queue: Literal["gpu", "cpu"] = Field(
+        default="cpu", description="The worker queue the run is sent to."
+    )
 
 
 RunSpec = Annotated[
