@@ -1,4 +1,4 @@
-"""The `bench` run spec (SPEC §7). Owned by the evaluation issue.
+"""The `bench` run spec (SPEC §7).
 
 `baseline` and `router` each name `none`, a train run id, `<hill-climb run id>:root|final`, or an
 artifact path under the runs or data directory (core/benches/resolve.py); `router` may also be

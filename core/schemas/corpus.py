@@ -165,17 +165,36 @@ class RouteLlmSource(StrictModel):
     holding `mmlu/` and `gsm8k/`. One row per prompt: state = the prompt and both models' prices,
     tools = [weak, strong], action = `strong` only when the strong model alone is right."""
 
-    type: Literal["routellm"]
+    type: Literal["routellm"] = Field(description="RouteLLM's evaluation labels.")
     name: Name
-    path: str = Field(max_length=4096)
-    benchmarks: list[Literal["mmlu", "gsm8k"]] = Field(
-        default=["mmlu", "gsm8k"], min_length=1, max_length=2
+    path: str = Field(
+        max_length=4096,
+        description="A lm-sys/RouteLLM checkout: its root, `routellm/evals`, or a folder holding "
+        "`mmlu/` and `gsm8k/`.",
     )
-    # Drop the prompts RouteLLM's own evaluation drops (`<benchmark>/contaminated_prompts.jsonl`).
-    drop_contaminated: bool = True
-    # USD per million tokens, the paper's cost figures: Mixtral-8x7B $0.24, GPT-4 $24.7.
-    weak_price: float = Field(default=0.24, ge=0)
-    strong_price: float = Field(default=24.7, ge=0)
+    benchmarks: list[Literal["mmlu", "gsm8k"]] = Field(
+        default=["mmlu", "gsm8k"],
+        min_length=1,
+        max_length=2,
+        description="The benchmarks read; one row per prompt.",
+    )
+    drop_contaminated: bool = Field(
+        default=True,
+        description="Drop the prompts RouteLLM's own evaluation drops "
+        "(`<benchmark>/contaminated_prompts.jsonl`); the file must be there.",
+    )
+    weak_price: float = Field(
+        default=0.24,
+        ge=0,
+        description="The weak model's price, USD per million tokens (the paper's Mixtral-8x7B "
+        "figure); part of each row's state.",
+    )
+    strong_price: float = Field(
+        default=24.7,
+        ge=0,
+        description="The strong model's price, USD per million tokens (the paper's GPT-4 "
+        "figure); part of each row's state.",
+    )
 
 
 class JobShopGenerate(StrictModel):
