@@ -62,13 +62,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     puzzles = gen.add_argument_group("puzzle families (sudoku, maze)")
     puzzles.add_argument("--count", type=_positive, default=200, help="puzzles (default 200)")
     puzzles.add_argument("--side", type=int, help="sudoku 4, 6 or 9 (default 9); maze 4-64 (30)")
-    puzzles.add_argument("--givens", type=int, help="sudoku: dig down to this many givens")
     puzzles.add_argument(
-        "--technique", choices=("singles", "search", "any"), help="sudoku: what it must need"
+        "--givens", type=int, help="sudoku: dig down to this many givens (default 24)"
     )
-    puzzles.add_argument("--wall-share", type=_share, help="maze: share of cells that are walls")
-    puzzles.add_argument("--min-path", type=int, help="maze: shortest path of at least this")
-    puzzles.add_argument("--style", choices=("random", "carved"), help="maze: how walls are laid")
+    puzzles.add_argument(
+        "--technique",
+        choices=("singles", "search", "any"),
+        help="sudoku: what it must need (default search)",
+    )
+    puzzles.add_argument(
+        "--wall-share", type=_share, help="maze: share of cells that are walls (default 0.48)"
+    )
+    puzzles.add_argument(
+        "--min-path", type=int, help="maze: shortest path of at least this (default 110)"
+    )
+    puzzles.add_argument(
+        "--style", choices=("random", "carved"), help="maze: how walls are laid (default carved)"
+    )
     gen.set_defaults(func=generate_logs)
 
     bench = verbs.add_parser("bench", help="generate a shipped bench's data into DATA_DIR (once)")

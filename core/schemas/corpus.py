@@ -161,9 +161,8 @@ class RouterJsonlSource(LogFiles):
 class RouteLlmSource(StrictModel):
     """RouteLLM's evaluation labels (Ong et al. 2024, arXiv 2406.18665): whether a weak model
     (Mixtral-8x7B-Instruct) and a strong one (GPT-4-1106) answered each MMLU / GSM8K prompt right.
-    `path` is a checkout of lm-sys/RouteLLM: its root, its `routellm/evals` folder, or any folder
-    holding `mmlu/` and `gsm8k/`. One row per prompt: state = the prompt and both models' prices,
-    tools = [weak, strong], action = `strong` only when the strong model alone is right."""
+    One row per prompt: state = the prompt and both models' prices, tools = [weak, strong],
+    action = `strong` only when the strong model alone is right."""
 
     type: Literal["routellm"] = Field(description="RouteLLM's evaluation labels.")
     name: Name

@@ -215,7 +215,7 @@ def test_the_cli_reports_outcomes_lists_decisions_and_sets_a_shadow(
     loop: Loop, tmp_path: Path
 ) -> None:
     def trm(*args: str) -> str:
-        proc = run_cli(loop.svc, *args, timeout=60)
+        proc = run_cli(loop.svc, *args)
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
 
