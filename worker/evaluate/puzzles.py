@@ -36,7 +36,7 @@ from worker.evaluate.samples import write_samples
 from worker.models.trm_grid import GridTRM, load_model
 from worker.puzzles import PuzzleSet
 from worker.train.callbacks import TrainerCallbacks
-from worker.train.trm_grid import EVAL_BATCH, exact_by_step, train
+from worker.train.trm_grid import exact_by_step, outcomes, train
 
 RECURSION = ("n_recursions", "cycles", "supervision_steps", "gradient")
 ONE_STEP = {"n_recursions": 1, "cycles": 1, "supervision_steps": 1, "gradient": "full"}
@@ -54,24 +54,6 @@ class _Stop(TrainerCallbacks):
 
     def should_stop(self) -> str | None:
         return self.ask()
-
-
-@torch.no_grad()
-def outcomes(model: GridTRM, puzzles: PuzzleSet, halting: bool = False) -> dict[str, np.ndarray]:
-    """Per puzzle: whole answer right, open cells right, open cells, supervision steps used."""
-    model.eval()
-    device = model.y0.device
-    parts: dict[str, list[np.ndarray]] = {"exact": [], "right": [], "open": [], "steps": []}
-    for start in range(0, len(puzzles), EVAL_BATCH):
-        grid = torch.from_numpy(puzzles.inputs[start : start + EVAL_BATCH]).to(device)
-        label = torch.from_numpy(puzzles.labels[start : start + EVAL_BATCH]).to(device)
-        answer, used = model.solve(grid, halting=halting)
-        free = grid == 0
-        parts["exact"].append((answer == label).all(-1).cpu().numpy())
-        parts["right"].append(((answer == label) & free).sum(-1).cpu().numpy())
-        parts["open"].append(free.sum(-1).cpu().numpy())
-        parts["steps"].append(used.cpu().numpy())
-    return {k: np.concatenate(v) if v else np.zeros(0) for k, v in parts.items()}
 
 
 def _scores(got: dict[str, np.ndarray]) -> dict[str, Any]:

@@ -61,22 +61,30 @@ class Score:
 
 
 @torch.no_grad()
-def score(model: GridTRM, puzzles: PuzzleSet, halting: bool = False) -> Score:
+def outcomes(model: GridTRM, puzzles: PuzzleSet, halting: bool = False) -> dict[str, np.ndarray]:
+    """Per puzzle: whole answer right, open cells right, open cells, supervision steps used."""
     model.eval()
     device = model.y0.device
-    exact = cells = open_cells = steps = 0.0
+    parts: dict[str, list[np.ndarray]] = {"exact": [], "right": [], "open": [], "steps": []}
     for start in range(0, len(puzzles), EVAL_BATCH):
         grid = torch.from_numpy(puzzles.inputs[start : start + EVAL_BATCH]).to(device)
         label = torch.from_numpy(puzzles.labels[start : start + EVAL_BATCH]).to(device)
         answer, used = model.solve(grid, halting=halting)
-        exact += float((answer == label).all(-1).sum())
         free = grid == 0
-        cells += float(((answer == label) & free).sum())
-        open_cells += float(free.sum())
-        steps += float(used.sum())
+        parts["exact"].append((answer == label).all(-1).cpu().numpy())
+        parts["right"].append(((answer == label) & free).sum(-1).cpu().numpy())
+        parts["open"].append(free.sum(-1).cpu().numpy())
+        parts["steps"].append(used.cpu().numpy())
+    return {k: np.concatenate(v) if v else np.zeros(0) for k, v in parts.items()}
+
+
+def score(model: GridTRM, puzzles: PuzzleSet, halting: bool = False) -> Score:
+    """The totals of `outcomes`; leaves the model in training mode (val points while training)."""
+    got = outcomes(model, puzzles, halting=halting)
     model.train()
     n = max(1, len(puzzles))
-    return Score(exact / n, cells / max(1.0, open_cells), steps / n, len(puzzles))
+    cells = float(got["right"].sum()) / max(1.0, float(got["open"].sum()))
+    return Score(float(got["exact"].sum()) / n, cells, float(got["steps"].sum()) / n, len(puzzles))
 
 
 @torch.no_grad()
