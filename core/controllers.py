@@ -25,12 +25,10 @@ from core.db import as_utc, one_writer, session_scope
 from core.decisions import ShadowReport, shadow_report
 from core.errors import ApiError
 from core.models import Controller, ControllerVersion, utcnow
-from core.schemas.corpus import CONTROLLER_NAME
+from core.schemas.common import CONTROLLER_NAME, CONTROLLER_NAME_RULE, PromotionTerms
 
 NAME_PATTERN = CONTROLLER_NAME
-NAME_RULE = (
-    "1-64 characters: lowercase letters, digits, '-' and '_', starting with a letter or digit"
-)
+NAME_RULE = CONTROLLER_NAME_RULE
 _NAME = re.compile(NAME_PATTERN)
 # What one decide call may carry (the controller's own bounds are these or looser); the body is
 # bounded by TRM_MAX_BODY_BYTES too.
@@ -48,24 +46,12 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class PromoteIn(_Body):
-    name: Name = Field(description=f"the controller's name: {NAME_RULE}")
+class PromoteIn(PromotionTerms):
     run_id: str = Field(
         max_length=26, description="a completed train run, or a completed hill-climb (its best)"
     )
-    abstain_margin: float | None = Field(
-        default=None,
-        ge=0.0,
-        le=1.0,
-        description="a decision whose best score leads the next by less than this abstains",
-    )
     by: str | None = Field(
         default=None, max_length=100, description="who promotes, as the client knows them"
-    )
-    log_decisions: bool | None = Field(
-        default=None,
-        description="record every decided row under a decision id (default: as the name was; "
-        "off for a new name)",
     )
 
 

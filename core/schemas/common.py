@@ -14,10 +14,38 @@ Seed = Annotated[int, Field(ge=0, le=2**31 - 1)]
 # TRM_MAX_STEPS / TRM_MAX_CANDIDATES instead, which an operator may raise (core/runs.py).
 MAX_COUNT = 10_000_000
 STEPS_LIMIT = "at most the server's TRM_MAX_STEPS (checked at submit)"
+# A controller's name (`trm promote RUN --as NAME`, a hill-climb's `promote_best`, a
+# `decision_log` source).
+CONTROLLER_NAME = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+CONTROLLER_NAME_RULE = (
+    "1-64 characters: lowercase letters, digits, '-' and '_', starting with a letter or digit"
+)
 
 
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class PromotionTerms(StrictModel):
+    """What a promotion says beside the run it promotes, the same from `POST /controllers` and
+    from a hill-climb's `promote_best`: the name, the abstain margin and decision logging."""
+
+    name: str = Field(
+        pattern=CONTROLLER_NAME,
+        max_length=64,
+        description=f"the controller's name: {CONTROLLER_NAME_RULE}",
+    )
+    abstain_margin: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="a decision whose best score leads the next by less than this abstains",
+    )
+    log_decisions: bool | None = Field(
+        default=None,
+        description="record every decided row under a decision id (default: as the name was; "
+        "off for a new name)",
+    )
 
 
 class Budget(StrictModel):

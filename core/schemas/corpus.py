@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from core.schemas.common import MAX_COUNT, Seed
+from core.schemas.common import CONTROLLER_NAME, MAX_COUNT, Seed
 from core.schemas.puzzles import PuzzleSource
 
 # Bounds on lists a spec may name: far above any real corpus, low enough that validating and
@@ -29,7 +29,6 @@ Name = Annotated[
     ),
 ]
 # A controller's name (core/controllers.py's rule).
-CONTROLLER_NAME = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 # A data set's name (core/datasets.py): its folder DATA_DIR/datasets/<name>/.
 DATASET_NAME = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 PATH_HELP = "a file or folder under DATA_DIR; with dataset, one inside the data set (default: all)"

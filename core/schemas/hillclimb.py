@@ -12,8 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from core.schemas.common import MAX_COUNT, CommonSpec, Seed, StrictModel
-from core.schemas.corpus import CONTROLLER_NAME
+from core.schemas.common import MAX_COUNT, CommonSpec, PromotionTerms, Seed, StrictModel
 from core.schemas.train import QloraTrainerConfig, TrainSpec, TrmTrainerConfig
 
 RUNG_NAMES = (
@@ -159,27 +158,15 @@ class Rung(StrictModel):
     )
 
 
-class PromoteBest(StrictModel):
+class PromoteBest(PromotionTerms):
     """Promote the search's best candidate under a controller name when the search ends (as
     `trm promote SEARCH --as NAME` would, once the search has completed)."""
 
-    name: str = Field(
-        pattern=CONTROLLER_NAME, max_length=64, description="the controller name to promote under"
-    )
     min_anchor_score: float | None = Field(
         default=None,
         ge=0,
         le=1,
         description="promote only when the best candidate's anchor score is at least this",
-    )
-    abstain_margin: float | None = Field(
-        default=None,
-        ge=0,
-        le=1,
-        description="a decision whose best score leads the next by less than this abstains",
-    )
-    log_decisions: bool | None = Field(
-        default=None, description="record every decided row (default: as the name was)"
     )
 
 
