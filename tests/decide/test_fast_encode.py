@@ -4,6 +4,7 @@ generated family at every state compression and of routerBench (tests/features/f
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ from tests.features import frozen
 from worker.decide.controller import DecideRow, load_controller
 from worker.decide.decision import decision
 from worker.decide.fast_encode import FastEncoder
+from worker.features.row import row_features
 from worker.models.feature_space import FeatureSpace
 from worker.models.rows import read_rows
 
@@ -113,3 +115,62 @@ def test_a_controller_decides_as_its_policy_on_anchor_and_frozen_rows(
         assert one_by_one == want
     for got, expected in zip(one_by_one, want, strict=True):
         np.testing.assert_allclose(got.scores, expected.scores, atol=1e-5)
+
+
+def _flat_rows() -> list[tuple[str, list[str]]]:
+    """Flat states (dotted keys) whose reading depends on more than their keys: a key's value a
+    number in one row and a string, a list or `true` in the next; a key that a later one turns
+    into an object and one that replaces an object; a key with an empty part; a plan (a list
+    of names beside an object spelling them) in one row and not in the next, under the same
+    keys; repeated list items; a route block shared by rows whose requests differ."""
+    tools = ["route:fast", "route:slow", "route:A"]
+    out: list[tuple[str, list[str]]] = []
+    for k, (budget, intent, plan, tags) in enumerate(
+        [
+            (3, "code", ["a", "b"], "fast"),
+            ("three", "chat", [], 7),
+            ([1, 2, 2], "code", ["a"], "slow"),
+            (True, "code fix this please", ["a", "b", "a"], "fast"),
+            (2.5, "", "a", "fast"),
+        ]
+    ):
+        state = {
+            "state.budget": budget,
+            "state.request.intent": intent,
+            "state.request.tokens": 100 + 7 * k,
+            "state.routes.fast.cost": 1,
+            "state.routes.fast.ms": 30 + k,
+            "state.routes.fast.tools": ["calc", "code"],
+            "state.routes.slow.cost": 9,
+            "state.routes.slow.ms": 900,
+            "state.routes.slow.tools": ["code", "code"],
+            "state.routes.a.cost": 4,
+            "state.routes.a.ms": 400,
+            "state.x": 5,
+            "state.x.y": 6,
+            "state.z.w": 1,
+            "state.z": "replaced",
+            ".lead": 2,
+            "plan.steps": plan,
+            "plan.tags.a": "route:fast",
+            "plan.tags.b": tags,
+            "plan.queue": [4, 5],
+        }
+        out.append((json.dumps(state), tools))
+    return out
+
+
+def test_flat_states_read_from_their_json_get_the_general_encoder_s_matrices() -> None:
+    rows = _flat_rows()
+    features = [f for state, tools in rows for f in row_features(state, tools)]
+    names = sorted({n for f in features for n in f})
+    space = FeatureSpace(names, [0.25] * len(names), [2.0] * len(names))
+    encoder = FastEncoder(space)
+    assert encoder.compiled, encoder.reason
+    # Twice over: the first pass works out the layout, the second reads rows by it.
+    for _ in range(2):
+        got, counts = encoder.raw(rows)
+        want = np.concatenate([space.raw(state, tools) for state, tools in rows])
+        np.testing.assert_array_equal(got, want)
+    assert any(n.startswith("PALL:") for n in names)  # a plan was read
+    assert any(n.startswith("D:") for n in names)  # numbers were compared

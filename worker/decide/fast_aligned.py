@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from worker.decide.state_walk import ToolsInfo, leaves_into
+from worker.features import aligned as al
 from worker.features import ids
 from worker.features import text as tx
 from worker.features.cells import cells_at, is_cells
@@ -47,6 +48,8 @@ class Reader(Protocol):
     def pos(self) -> int | None: ...
     @property
     def set_paths(self) -> set[str]: ...
+    @property
+    def compared_keys(self) -> set[str]: ...
     @property
     def number_columns(self) -> Mapping[str, tuple[int | None, ...]]: ...
     @property
@@ -89,6 +92,8 @@ class Aligned:
     numbers: list[list[int]]
     matchers: list[Bags]
     names: tuple[list[frozenset[str]], dict[str, float], list[float]]
+    segments: list[frozenset[str]]
+    compared: Compared
 
 
 def aligned_of(
@@ -161,13 +166,77 @@ def aligned_of(
         own_names = [tx.name_words(t) for t in info.tools]
         name_weight = tx._weights(own_names)
     totals = [math.fsum(name_weight[w] for w in bag) for bag in own_names]
+    # `aligned.looked_up` finds a field only where a part of its path after the `*` is a
+    # context string: the parts, lower-case, each candidate's.
+    segments = [
+        frozenset(
+            s.lower()
+            for path, _ in mine
+            for s in path.partition("*")[2].split(".")
+            if s and "*" in path
+        )
+        for mine in leaves
+    ]
     at = [i for i, f in enumerate(fixed) for _ in f]
     placed = (np.array(at, dtype=np.intp), np.array([j for f in fixed for j in f], dtype=np.intp),
               np.array([v for f in fixed for v in f.values()], dtype=np.float64))  # fmt: skip
     return Aligned(
         leaves, roots, columns, placed, owns, sets, strings, numbers_of, matchers,
-        (own_names, name_weight, totals),
+        (own_names, name_weight, totals), segments, compared_of(enc, owns),
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Compared:
+    """`aligned.compared` of the candidates' own numbers, as arrays over every (candidate,
+    column) it may set: `at`, `columns`, the candidate's `numbers`, `paths` the index in
+    `context` of the context path each is compared with, `ge` whether it is `GE:` (else `D:`).
+    In the general order, a (candidate, column) once at its last place (the last sets it)."""
+
+    at: np.ndarray
+    columns: np.ndarray
+    numbers: np.ndarray
+    paths: np.ndarray
+    ge: np.ndarray
+    context: tuple[str, ...]
+
+    def place(self, number_at: dict[str, float], skip: list[int], out: np.ndarray) -> None:
+        """Into `out`, against the row's context numbers (`number_at`: path -> its last
+        number); a column is set where the row has that path's number; candidates in `skip`
+        are left out (their own numbers are the row's)."""
+        if not len(self.at):
+            return
+        found = [number_at.get(p) for p in self.context]
+        have = np.array([c is not None for c in found])[self.paths]
+        if skip:
+            have &= ~np.isin(self.at, skip)
+        ctx = np.array([0.0 if c is None else c for c in found], dtype=np.float64)[self.paths]
+        values = np.where(self.ge, (self.numbers >= ctx).astype(np.float64), self.numbers - ctx)
+        out[self.at[have], self.columns[have]] = values[have]
+
+
+def compared_of(enc: Reader, owns: list[list[tuple[str, float]]]) -> Compared:
+    """The candidates' `Compared` from their own numbers."""
+    d_pairs, ge_pairs, keys = enc.pairs["D"], enc.pairs["GE"], enc.compared_keys
+    last: dict[tuple[int, int], tuple[float, str, bool]] = {}
+    for i, own in enumerate(owns):
+        for key, value in own[: al.MAX_ALIGNED]:
+            if key not in keys:
+                continue
+            for ge, pairs in ((False, d_pairs), (True, ge_pairs)):
+                for cpath, j in pairs.get(key, {}).items():
+                    last.pop((i, j), None)
+                    last[(i, j)] = (value, cpath, ge)
+    context = tuple(dict.fromkeys(c for _, c, _ in last.values()))
+    where = {c: k for k, c in enumerate(context)}
+    return Compared(
+        np.array([i for i, _ in last], dtype=np.intp),
+        np.array([j for _, j in last], dtype=np.intp),
+        np.array([v for v, _, _ in last.values()], dtype=np.float64),
+        np.array([where[c] for _, c, _ in last.values()], dtype=np.intp),
+        np.array([g for _, _, g in last.values()], dtype=bool),
+        context,
+    )
 
 
 def match_features(part: Aligned, readings: dict[str, tx.Reading], n: int) -> list[Features]:

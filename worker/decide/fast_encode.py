@@ -51,11 +51,14 @@ from worker.decide.fast_aligned import (
 )
 from worker.decide.fast_kinds import CROSSED, MATCHES, SINGLE, SPLIT, unsupported
 from worker.decide.state_walk import (
+    FlatWalk,
     Layout,
     ToolsInfo,
     at_keys,
     context_leaves,
     dict_parts,
+    flat_context,
+    flat_list_shapes,
     flat_signature,
 )
 from worker.features import aligned as al
@@ -174,18 +177,27 @@ class FastEncoder:
             out[:] = self.general(state_text, tools)
             return
         # context.parse_state, with the JSON's own keys kept for the layout cache.
+        # A flat state of a known layout is read from its JSON as it is (`FlatWalk`): nested
+        # only where the general code must read it (an aligned content not seen, a plan).
+        state: Any = None
+        layout = None
         try:
             parsed = json.loads(state_text)
         except (TypeError, ValueError):
             state, parsed, signature = {"text": state_text}, None, None
         else:
-            state, signature = cx.nested(parsed), flat_signature(parsed)
-        layout = None
+            signature = flat_signature(parsed)
         if signature is not None:
-            layout = self._layout(state, (signature, tuple(tools)), tools)
+            layout = self._layout(parsed, (signature, tuple(tools)), tools)
+        if layout is None and state is None:
+            state = cx.nested(parsed)
         if not self._candidates(state, parsed, tools, out, layout):
             out[:] = self.general(state_text, tools)
             return
+        if layout is not None:
+            if not layout.walk.may_plan(parsed):
+                return
+            state = cx.nested(parsed)
         plan = plan_features(state, candidate_features)
         if plan:
             self._put_all(plan, out)
@@ -216,6 +228,7 @@ class FastEncoder:
             content = values_key(parsed, layout.aligned_keys)
             found = layout.aligned.get(content)
             if found is None:
+                state = cx.nested(parsed)
                 found_parts = [[(g, at_keys(state, keys)) for g, keys in c] for c in layout.parts]
                 found = aligned_of(self, found_parts, layout.roots, info, numbered)
                 self._aligned_kept += 1
@@ -227,7 +240,12 @@ class FastEncoder:
                 layout.aligned[content] = found
             part = found
         roots = part.roots
-        context = context_leaves(state, roots)
+        walked = layout.walk.context(roots) if layout is not None else ()
+        context = (
+            flat_context(parsed, walked, roots)
+            if layout is not None
+            else context_leaves(state, roots)
+        )
         ctx_numbers: list[tuple[str, float]] = []
         ctx_lists: list[tuple[str, tuple[str, ...]]] = []
         ctx_strings: list[tuple[str, str]] = []
@@ -251,7 +269,14 @@ class FastEncoder:
                 texts.append((cpath, value))
         ctx_numbers = ctx_numbers[: al.MAX_CONTEXT]
         # Fields keyed by a context string, under its path (`aligned.looked_up`): per row.
-        looked = [al.looked_up(mine, by_value) for mine in part.leaves] if by_value else []
+        looked = (
+            [
+                al.looked_up(mine, by_value) if not segments.isdisjoint(by_value) else []
+                for mine, segments in zip(part.leaves, part.segments, strict=True)
+            ]
+            if by_value
+            else []
+        )
         looked_columns: dict[str, list[float]] = {}
         if any(looked):
             looked_columns = number_columns(looked)
@@ -265,7 +290,16 @@ class FastEncoder:
         # The shared context features (the same for every candidate): (name, value) in the
         # general encoder's order, and their columns.
         shared: dict[str, float] = {}
+        shared_cols: dict[int, float] = {}
         for tpath, reading in readings.items():
+            if not self.crossed:  # nothing reads them by name: their columns directly
+                for kind, read in (("W", reading.counts), ("TS", reading.stats)):
+                    wanted = self.pairs[kind].get(tpath)
+                    if wanted:
+                        for key, value in read.items():
+                            if (j := wanted.get(key)) is not None:
+                                shared_cols[j] = float(value)
+                continue
             words = self.words.get(tpath)
             if words:
                 for word, count in reading.counts.items():
@@ -279,7 +313,7 @@ class FastEncoder:
         if grids:
             shared.update(window_features(grids, lists))
         shared.update(cx.list_differences(lists))
-        shared_cols = self._columns(shared)
+        shared_cols.update(self._columns(shared))
 
         single, pairs = self.single, self.pairs
         c_col = single["C"]
@@ -325,8 +359,8 @@ class FastEncoder:
                 for cpath, j in eq[path].items():
                     if text in strings_at.get(cpath, ()):
                         f[j] = 1.0
-            # aligned.compared
-            for key, value in own[: al.MAX_ALIGNED]:
+            # aligned.compared (below, for the candidates whose own numbers are the part's)
+            for key, value in own[: al.MAX_ALIGNED] if looked and looked[i] else ():
                 if key not in self.compared_keys:
                     continue
                 for cpath, j in d_pairs.get(key, {}).items():
@@ -369,11 +403,14 @@ class FastEncoder:
         out[fixed_at, fixed_columns] = fixed_values
         if at:
             out[at, columns] = values
+        part.compared.place(number_at, [i for i, mine in enumerate(looked) if mine], out)
         # ids.id_number_ranks, context.list_shapes: into dicts as the general code writes them,
         # then their kept columns; aligned.ranks of the text matches, the kept ones alone.
         later: list[dict[str, float]] = [{} for _ in tools]
         ids.id_number_ranks(numbered, later)
-        shapes = cx.list_shapes(state, roots)
+        shapes = (
+            flat_list_shapes(parsed, walked) if layout is not None else cx.list_shapes(state, roots)
+        )
         at, columns, values = [], [], []
         if matches is not None:
             match_ranks(self, matches, (at, columns, values))
@@ -409,7 +446,7 @@ class FastEncoder:
         if placed:
             out[:, list(placed)] = list(placed.values())
 
-    def _layout(self, state: Any, key: tuple[Any, ...], tools: list[str]) -> Layout | None:
+    def _layout(self, parsed: Any, key: tuple[Any, ...], tools: list[str]) -> Layout | None:
         """The layout of rows with these JSON keys and candidates (a flat state's), worked out
         by the general code on the first such row and checked there; None when it cannot be
         kept (the row is then read in full)."""
@@ -417,6 +454,7 @@ class FastEncoder:
             self._layouts.move_to_end(key)
             return self._layouts[key]
         names = self._tools_info(tools).names
+        state = cx.nested(parsed)
         known = ids.state_names(state)
         numbered = [
             ids.numbers_outside_names(t, ns & known) for t, ns in zip(tools, names, strict=True)
@@ -436,7 +474,7 @@ class FastEncoder:
             aligned_keys = tuple(
                 k for k in key[0] if any(k == w or k.startswith(f"{w}.") for w in wanted)
             )
-            layout = Layout(numbered, parts, roots, aligned_keys)
+            layout = Layout(numbered, parts, roots, aligned_keys, FlatWalk.of(parsed))
         self._layouts[key] = layout
         if len(self._layouts) > LAYOUTS:
             self._layouts.popitem(last=False)

@@ -5,6 +5,7 @@ context leaves, each the same as the general code's (`worker/features/context.py
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +13,7 @@ from worker.features import context as cx
 from worker.features import ids
 from worker.features import text as tx
 from worker.features.cells import Grid, is_grid
+from worker.features.kinds import Features, name
 from worker.features.text import Text
 from worker.features.values import number_of
 
@@ -38,7 +40,89 @@ class Layout:
     parts: list[list[tuple[str, tuple[str, ...]]]]
     roots: list[list[str | None]]
     aligned_keys: tuple[str, ...]
+    walk: FlatWalk
     aligned: dict[tuple[Any, ...], Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class FlatWalk:
+    """How the general code walks the nested object of a flat state with these keys, read off
+    the keys alone (`context.nested` makes its dicts from them: a key's value is never a dict):
+    `leaves` each leaf's JSON key and its path in the walk, in the walk's order (a key that a
+    later one turned into a dict is not there; `.a` is walked as `a`); `tags` the keys of each
+    dict that could hold a plan's tags (`plans._find_plan`: a dict of leaves beside a leaf that
+    could be the plan's list), a plan possible only where one of them holds strings alone.
+    `outside` the walk outside each set of aligned roots, computed once per set."""
+
+    leaves: tuple[tuple[str, str], ...]
+    tags: tuple[tuple[str, ...], ...]
+    outside: dict[frozenset[str], tuple[tuple[str, str], ...]] = field(
+        default_factory=dict, compare=False
+    )
+
+    @classmethod
+    def of(cls, parsed: dict[str, Any]) -> FlatWalk:
+        """From one state's parsed JSON (`flat_signature` not None) and its nested object."""
+        leaves: list[tuple[str, str]] = []
+        tags: list[tuple[str, ...]] = []
+
+        def walk(node: dict[str, Any], path: str, keys: tuple[str, ...]) -> None:
+            has_leaf = any(not isinstance(v, dict) for v in node.values())
+            for key, value in node.items():
+                here = f"{path}.{key}" if path else str(key)
+                if isinstance(value, dict):
+                    within = [(*keys, key, k) for k, v in value.items()]
+                    if has_leaf and all(not isinstance(v, dict) for v in value.values()):
+                        tags.append(tuple(".".join(k) for k in within))
+                    walk(value, here, (*keys, key))
+                else:
+                    leaves.append((".".join((*keys, key)), here))
+
+        nested = cx.nested(parsed)
+        walk(nested, "", ())
+        return cls(tuple(leaves), tuple(tags))
+
+    def context(self, roots: set[str]) -> tuple[tuple[str, str], ...]:
+        """The leaves outside `roots` (their paths not `context.inside` them)."""
+        key = frozenset(roots)
+        found = self.outside.get(key)
+        if found is None:
+            found = tuple((k, p) for k, p in self.leaves if not (roots and cx.inside(p, roots)))
+            if len(self.outside) >= 64:
+                self.outside.clear()
+            self.outside[key] = found
+        return found
+
+    def may_plan(self, parsed: dict[str, Any]) -> bool:
+        """False where `plans._find_plan` finds nothing in this state: no dict of its tags
+        candidates holds strings alone."""
+        return any(all(isinstance(parsed[k], str) for k in keys) for keys in self.tags)
+
+
+def flat_context(
+    parsed: dict[str, Any], leaves: tuple[tuple[str, str], ...], roots: set[str]
+) -> list[tuple[str, Any]]:
+    """`context_leaves` of a flat state's nested object, from its parsed JSON and the walk's
+    leaves outside `roots` (`FlatWalk.context`): each leaf's value read as the walk reads it."""
+    out: list[tuple[str, Any]] = []
+    for key, path in leaves:
+        leaves_into(parsed[key], path, out, roots)
+    return out
+
+
+def flat_list_shapes(parsed: dict[str, Any], leaves: tuple[tuple[str, str], ...]) -> Features:
+    """`context.list_shapes` of a flat state's nested object, from its parsed JSON and the
+    walk's leaves outside the roots: the lists among them, then the same shapes."""
+    shapes = [(p, v) for k, p in leaves if isinstance(v := parsed[k], list)][: cx.MAX_LISTS]
+    context: Features = {}
+    for path, items in shapes:
+        context[name("L", path)] = float(len(items))
+        keys = [json.dumps(v, sort_keys=True) for v in items]
+        context[name("DUP", path)] = float(len(keys) - len(set(keys)))
+    for a, (pa, la) in enumerate(shapes):
+        for pb, lb in shapes[a + 1 :]:
+            context[name("LD", pa, pb)] = float(len(la) - len(lb))
+    return context
 
 
 def flat_signature(parsed: Any) -> tuple[str, ...] | None:
