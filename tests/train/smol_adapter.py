@@ -9,9 +9,9 @@ the training process can see of its model (its 4-bit layers, its weights before 
 logits) is written down there, in `record.json` and `logits.pt`.
 
 The training is as cheap as still teaches the model to answer with a candidate id: `route` play
-logs as short states (two of the request's fields), route tags shared across worlds, 6 steps of 4
-rows under 160 tokens (3 steps were already enough here, 6 leave a margin), an eval every 3 steps
-on the val rows, a world (ANCHOR) kept unseen.
+logs as short states (two of the request's fields), route tags shared across worlds, 3 steps of 4
+rows under 160 tokens (the val loss falls to about a tenth in them), a val loss before and after
+on 8 of the val rows, a world (ANCHOR) kept unseen.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from worker.envs import generate
 # ruff: noqa: F811 (the imported model_cache fixture is named as an argument)
 
 ANCHOR = "route-s0-w3"
-TRAINING = {"max_steps": 6, "micro_batch": 4, "grad_accum": 1, "lr": 2e-3, "max_seq_len": 160,
-            "eval_every": 3, "checkpoint_every": 3}  # fmt: skip
+TRAINING = {"max_steps": 3, "micro_batch": 4, "grad_accum": 1, "lr": 2e-3, "max_seq_len": 160,
+            "eval_every": 3, "checkpoint_every": 3, "eval_rows": 8}  # fmt: skip
 STATE_FIELDS = ["observation.request.prompt_text", "observation.budget_left"]
 PROMPT_TOKENS = 96  # the last tokens of the first train row's prompt, for the logits kept
 

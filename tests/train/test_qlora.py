@@ -356,21 +356,21 @@ def test_loss_on_the_assistant_tokens_falls(smol_adapter):
     """On the val rows: another world than the trained ones, whose routes the shared tags name."""
     result, record = smol_adapter.result, smol_adapter.record
     evals = [e["loss"] for e in record["evals"]]
-    assert [e["step"] for e in record["evals"]] == [0, 3, 6]
+    assert [e["step"] for e in record["evals"]] == [0, 3]  # before training, after its 3 steps
     assert evals[-1] < 0.5 * evals[0], evals
     assert result["eval_loss"] == evals[-1]
     steps = record["steps"]
-    assert [s["step"] for s in steps] == [1, 2, 3, 4, 5, 6]
-    assert all(s["total"] == 6 and s["tokens_per_s"] > 0 and s["lr"] > 0 for s in steps)
-    assert result["steps"] == 6 and result["stopped_by"] is None
-    # 6 steps x 4 sequences, each one whole row (118-129 tokens: two do not fit in 160)
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    assert all(s["total"] == 3 and s["tokens_per_s"] > 0 and s["lr"] > 0 for s in steps)
+    assert result["steps"] == 3 and result["stopped_by"] is None
+    # 3 steps x 4 sequences, each one whole row (118-129 tokens: two do not fit in 160)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(smol_adapter.model_cache / BUILTIN)
     rows = chat_data.read_messages(smol_adapter.corpus / "messages.jsonl")
     lengths = [len(e.ids) for e in chat_data.encode(tokenizer, rows, 160).examples]
-    trained = chat_data.plan_epoch(lengths, 160, True, 0, 0)[: 6 * 4]
-    assert result["rows_trained"] == sum(map(len, trained)) == 24
+    trained = chat_data.plan_epoch(lengths, 160, True, 0, 0)[: 3 * 4]
+    assert result["rows_trained"] == sum(map(len, trained)) == 12
     assert result["rows_truncated"] == 0
     tokens = sum(lengths[i] for sequence in trained for i in sequence)
     assert result["tokens_trained"] == tokens == sum(s["tokens"] for s in steps)
@@ -392,6 +392,7 @@ def test_the_adapter_reloads_onto_a_4bit_base_with_the_same_logits(smol_adapter)
 
     meta = json.loads((out / "run_meta.json").read_text())
     assert meta["seed"] == 0 and meta["hyperparameters"]["r"] == 16
+    assert meta["resolved"]["eval_rows"] == 8  # the config's eval_rows, of 19 val rows
     assert len(meta["messages_sha256"]["train"]) == 64
     assert set(meta["versions"]) >= {"torch", "transformers", "peft", "bitsandbytes"}
     assert str(adapter) in smol_adapter.result["artifacts"]
