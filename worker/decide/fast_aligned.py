@@ -207,6 +207,10 @@ class Compared:
         if not len(self.at):
             return
         found = [number_at.get(p) for p in self.context]
+        if not skip and None not in found:  # every path has its number: every column is set
+            ctx = np.array(found, dtype=np.float64)[self.paths]
+            out[self.at, self.columns] = np.where(self.ge, self.numbers >= ctx, self.numbers - ctx)
+            return
         have = np.array([c is not None for c in found])[self.paths]
         if skip:
             have &= ~np.isin(self.at, skip)

@@ -395,8 +395,13 @@ class FastEncoder:
         # assignment for all (their kinds are none of a candidate's own, so the order of the
         # assignments does not matter); what the parts alone give in one, then the rest of
         # every candidate's own in one (after: what a row adds to a part's is the row's).
+        # context.list_shapes, the same for every candidate too.
+        shapes = (
+            flat_list_shapes(parsed, walked) if layout is not None else cx.list_shapes(state, roots)
+        )
         common = dict(c_place)
         common.update(shared_cols)
+        common.update(self._columns(shapes))
         if common:
             out[:, list(common)] = list(common.values())
         fixed_at, fixed_columns, fixed_values = part.fixed
@@ -404,18 +409,14 @@ class FastEncoder:
         if at:
             out[at, columns] = values
         part.compared.place(number_at, [i for i, mine in enumerate(looked) if mine], out)
-        # ids.id_number_ranks, context.list_shapes: into dicts as the general code writes them,
-        # then their kept columns; aligned.ranks of the text matches, the kept ones alone.
+        # ids.id_number_ranks: into dicts as the general code writes them, then their kept
+        # columns; aligned.ranks of the text matches, the kept ones alone.
         later: list[dict[str, float]] = [{} for _ in tools]
         ids.id_number_ranks(numbered, later)
-        shapes = (
-            flat_list_shapes(parsed, walked) if layout is not None else cx.list_shapes(state, roots)
-        )
         at, columns, values = [], [], []
         if matches is not None:
             match_ranks(self, matches, (at, columns, values))
         for i, features in enumerate(later):
-            features.update(shapes)
             placed = self._columns(features)
             at += [i] * len(placed)
             columns += placed
