@@ -115,6 +115,22 @@ KINDS: tuple[Kind, ...] = (
          "{dx} columns and {dy} rows from {anchor} (a position in the context, or `=x` the "
          "one cell holding x; `out` past the edge)", "WIN:map@pos:0,-1:#", "flag", "context",
          "cells"),
+    Kind("GO", "GO:<grid>@<anchor>:<dx>,<dy>:<symbol>", "the candidate is a move, and the "
+         "grid {grid} holds {symbol} {dy} cells ahead of and {dx} cells right of the cell it "
+         "moves {anchor} into (`0,0`: the cell entered)", "GO:map@pos:0,0:#", "flag",
+         "candidate", "cells"),
+    Kind("GOD", "GOD:<grid>@<anchor>|<other>", "how many steps nearer (-1) or farther (+1) "
+         "the candidate's move takes {anchor} to {other} on the grid {grid}",
+         "GOD:map@pos|goal", "number", "candidate", "cells"),
+    Kind("GOHAS", "GOHAS:<grid>@<anchor>|<c>", "the symbol of the cell the candidate's move "
+         "takes {anchor} into on the grid {grid} is in the context string or list {c}",
+         "GOHAS:map@pos|keys", "flag", "candidate", "cells"),
+    Kind("WALK", "WALK:<grid>@<anchor>|<list>:<symbol>", "how many steps of the context "
+         "list of moves {list}, walked on the grid {grid} from {anchor}, enter {symbol}",
+         "WALK:map@pos|proposal:#", "number", "context", "cells"),
+    Kind("WALKD", "WALKD:<grid>@<anchor>|<list>|<other>", "how many steps from {other} the "
+         "context list of moves {list}, walked on the grid {grid} from {anchor}, ends",
+         "WALKD:map@pos|proposal|goal", "number", "context", "cells"),
     # crossed: a context feature as one candidate sees it
     Kind("X", "X:<name>@<id>", "{name}, seen by the candidate {id} only (a ranker otherwise "
          "reaches a context feature only through a split on the candidate first)",

@@ -18,7 +18,7 @@ from worker.features import aligned as al
 from worker.features import context as cx
 from worker.features import ids
 from worker.features import text as tx
-from worker.features.cells import Grid, window_features
+from worker.features.cells import Grid, move_features, walk_features, window_features
 from worker.features.kinds import Features, name
 from worker.features.plans import plan_features
 from worker.features.text import Text
@@ -72,7 +72,14 @@ def candidate_features(state: Any, tools: list[str]) -> list[Features]:
     matches = tx.match_features(readings, bags, tools)
     lists = cx.number_lists(context)
     shared = tx.context_features(readings)
-    shared.update(window_features([(p, v) for p, v in context if isinstance(v, Grid)], lists))
+    grids = [(p, v) for p, v in context if isinstance(v, Grid)]
+    shared.update(window_features(grids, lists))
+    shared.update(
+        walk_features(grids, lists, ctx_lists, [(p, v) for p, v in context if isinstance(v, str)])
+    )
+    moves = move_features(
+        grids, lists, [(p, v) for p, v in context if isinstance(v, str | frozenset)], tools
+    )
     shared.update(cx.list_differences(lists))
 
     # Per aligned number, its values over the row's candidates (for ranks and distances).
@@ -94,6 +101,7 @@ def candidate_features(state: Any, tools: list[str]) -> list[Features]:
         al.name_in(context, names[i], f)
         f.update(cx.list_places(ctx_lists, names[i]))
         f.update(matches[i])
+        f.update(moves[i])
         f.update(shared)
         if n <= cx.MAX_CROSSED_CANDIDATES:
             f.update(cx.crossed(shared, tool))
