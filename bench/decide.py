@@ -358,12 +358,13 @@ def main() -> int:
         )
         print(
             f"\n{'trainer':>7} {'clients':>7} | {'requests/s':>10} {'p50 ms':>7} {'p99 ms':>7} | "
-            f"client CPU ms a request ({args.http_client})"
+            f"CPU ms a request: clients ({args.http_client}), decision process"
         )
         for h in http:
             print(
                 f"{h['trainer']:>7} {h['clients']:>7} | {h['per_s']:>10.0f} "
-                f"{h['p50_ms']:>7.2f} {h['p99_ms']:>7.2f} | {h['client_cpu_ms']:.3f}"
+                f"{h['p50_ms']:>7.2f} {h['p99_ms']:>7.2f} | {h['client_cpu_ms']:.3f} "
+                f"{h['server_cpu_ms']:.3f}"
             )
         if memory:
             print(

@@ -30,7 +30,8 @@ def http_bench(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Each trained model promoted in a fresh SQLite registry, a `trm decide-server` started on
     it, and one-row requests from `clients` concurrent clients (`client`: how they speak HTTP,
-    `_load`): requests/s, p50/p99 in ms, and the clients' own CPU a request.
+    `_load`): requests/s, p50/p99 in ms, and the clients' own and the decision process's CPU a
+    request.
     Then its memory with `versions` versions of one name promoted (the trm and the gbdt in
     turn), each decided `rounds` times round-robin, one call each (pinned: `bench-many@k`):
     the process's resident memory (VmRSS) at start, after the HTTP runs and after each round,
@@ -111,9 +112,10 @@ def http_bench(
         for trainer in trained:
             for count in clients:
                 name = f"bench-{trainer}"
-                cpu = time.process_time()
+                cpu, served = time.process_time(), _cpu_s(server.pid)
                 spent = asyncio.run(_load(base, name, bodies, count, seconds, client))
                 cpu = time.process_time() - cpu  # the clients' own: this process runs them
+                served = _cpu_s(server.pid) - served  # the decision process's
                 per = sorted(spent)
                 results.append(
                     {
@@ -121,6 +123,7 @@ def http_bench(
                         "clients": count,
                         "client": client,
                         "client_cpu_ms": round(cpu / max(1, len(per)) * 1000, 3),
+                        "server_cpu_ms": round(served / max(1, len(per)) * 1000, 3),
                         "requests": len(per),
                         "per_s": round(len(per) / seconds, 1),
                         "p50_ms": round(statistics.median(per) * 1000, 3),
@@ -139,6 +142,12 @@ def http_bench(
 def load_average() -> str:
     """The 1, 5 and 15 minute load averages: what else wanted the CPU."""
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _cpu_s(pid: int) -> float:
+    """A process's CPU time so far (user and system, all its threads), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mb(pid: int) -> float:
