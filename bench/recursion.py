@@ -1,27 +1,34 @@
 """Benchmark: does recursion pay where one step fails? The whole-answer trm against its ablations.
 
     .venv/bin/python bench/recursion.py [--quick] [--families maze,sudoku] [--seeds 0,1,2]
-        [--seconds 600] [--jobs 2] [--json FILE]
+        [--seconds 600] [--cpu-seconds 900] [--steps N] [--jobs 2] [--json FILE]
 
 Per puzzle family x variant x seed, one model is trained (worker/train/trm_grid.py) on a
 generated set and scored on held-out puzzles of the same kind:
 
 - `recursive`: the paper's recursion, n = 6 latent updates per answer update, T = 3 cycles (two
-  gradient-free), up to N_sup = 16 deeply supervised steps, full backprop through the last cycle;
+  gradient-free), up to N_sup = 16 deeply supervised steps, full backprop through the last cycle
+  (mazes: a lighter n = 3, T = 2, N_sup = 4, which learns at CPU scale where the paper's does not);
 - `one_step_grad`: the same, back-propagating through the last latent and answer updates only;
-- `one_step`: the same network with n = T = N_sup = 1 (direct prediction).
+- `one_step`: the same network with n = T = N_sup = 1 (direct prediction);
+- `one_step_mlp`: direct prediction with the MLP mixer, which sees every cell in one pass: where
+  the family's network is local (the maze's convolution), the strongest one-step model.
 
-All three are the same network, so the same parameters; each trains for at most `--seconds`
-(and `--steps`), and its train seconds and steps are reported beside its accuracy, since a
-recursive step costs (n + 1) x T network passes where a one-step step costs two. Figures: exact-
-answer accuracy (the whole grid right; mean over seeds, a 95% Wilson interval over all seeds'
-test puzzles, the spread as the standard deviation over seeds), per-cell accuracy on the cells
-the puzzle leaves open, and the learning curve (val exact accuracy against steps, mean over
-seeds). The paper's figures are printed beside, as a reference at another scale.
+The first three are the same network, so the same parameters; each trains for at most
+`--seconds` of wall time, `--cpu-seconds` of its process's CPU time (one thread; unlike wall time
+not shrunk by other work on the machine) and `--steps`; its train seconds, CPU seconds and steps
+are reported beside its accuracy, since a recursive step costs (n + 1) x T network passes where a
+one-step step costs two. Figures: exact-answer accuracy (the whole grid right; mean over seeds, a
+95% Wilson interval over all seeds' test puzzles, the spread as the standard deviation over
+seeds), per-cell accuracy on the cells the puzzle leaves open, exact after k supervision steps at
+inference, and the learning curve (val exact accuracy against steps, mean over seeds). The
+paper's figures are printed beside, as a reference at another scale.
 
-The CPU sets (`--quick` smaller and shorter): maze 8x8, walls on 40% of the cells, a unique
-shortest path of >= 14 moves; sudoku 6x6 dug to its fewest givens (about 10). The paper's scale
-is `specs/train-puzzles-*.json` for a GPU worker.
+The CPU sets (`--quick` smaller and shorter): maze 11x11, carved, walls on 45% of the cells, a
+unique shortest path of >= 30 moves (mean 36: over three times the side), the network's mixer a
+3x3 convolution (one pass moves information two cells, so the path has to be found by repeating
+it); sudoku 6x6 dug to its fewest givens (about 10), the MLP mixer. The paper's scale is
+`specs/puzzles/*.json` for a GPU worker.
 """
 
 from __future__ import annotations
@@ -52,7 +59,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "gradient": "one_step",
     },
     "one_step": {"n_recursions": 1, "cycles": 1, "supervision_steps": 1, "gradient": "full"},
+    # The one-step model with the mixer that sees every cell in one pass (an MLP along the
+    # cells): the strongest direct predictor, whatever the family's own mixer.
+    "one_step_mlp": {
+        "n_recursions": 1,
+        "cycles": 1,
+        "supervision_steps": 1,
+        "gradient": "full",
+        "mixer": "mlp",
+    },
 }
+ONE_STEP = ("one_step", "one_step_mlp")
 # Jolicoeur-Martineau 2025, exact accuracy on the test set (Tables 1, 4, 5): 1k training
 # puzzles with heavy augmentation, 5M (MLP) / 7M (attention) parameters, on GPUs.
 PAPER = {
@@ -70,7 +87,14 @@ PAPER = {
     },
 }
 FAMILIES: dict[str, dict[str, Any]] = {
-    "maze": {"params": MazeParams(8, 0.4, 14, "random"), "trainer": {"mixer": "mlp"}},
+    # Carved 11x11 mazes whose unique shortest path is >= 30 moves (about 3x the side), the
+    # network a local 3x3 convolution: one pass moves information two cells, so the path must
+    # be found by recursion; a lighter recursion (n=3, T=2, N_sup=4) than the paper's.
+    "maze": {
+        "params": MazeParams(11, 0.45, 30, "carved"),
+        "trainer": {"mixer": "conv"},
+        "recursive": {"n_recursions": 3, "cycles": 2, "supervision_steps": 4},
+    },
     "sudoku": {"params": SudokuParams(6, 10, "any"), "trainer": {"mixer": "mlp"}},
 }
 PARAMS = {"maze": MazeParams, "sudoku": SudokuParams}
@@ -99,7 +123,15 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     from worker.train.trm_grid import exact_by_step, score, train
 
     class Curve(TrainerCallbacks):
-        """Prints each val point as it comes: a cut-short bench still shows its curves."""
+        """Prints each val point as it comes: a cut-short bench still shows its curves. Stops
+        the training once this process has used `cpu_seconds` of CPU (a budget that other
+        work on the machine does not shrink, unlike wall time)."""
+
+        def should_stop(self) -> str | None:
+            limit = job.get("cpu_seconds")
+            if limit is not None and time.process_time() - began > limit:
+                return "cpu_seconds"
+            return None
 
         def on_eval(self, step: int, **metrics: Any) -> None:
             print(
@@ -112,6 +144,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(1)
     config = GridTrainerConfig(**job["config"])
     train_set, val_set, test_set = job["train"], job["val"], job["test"]
+    began = time.process_time()
     model, result = train(
         config,
         train_set,
@@ -121,6 +154,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         max_seconds=job["seconds"],
         device=job["device"],
     )
+    cpu = time.process_time() - began
     final = score(model, test_set)
     halted = score(model, test_set, halting=True)
     by_step = exact_by_step(model, test_set)
@@ -136,6 +170,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         "halting_steps": halted.steps,
         "steps": result.steps,
         "train_seconds": result.train_seconds,
+        "cpu_seconds": round(cpu, 1),
         "eval_seconds": result.eval_seconds,
         "parameters": result.parameters,
         "best_step": result.best_step,
@@ -159,6 +194,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "cells": statistics.mean(r["cells"] for r in rows),
         "halting_steps": statistics.mean(r["halting_steps"] for r in rows),
         "seconds": statistics.mean(r["train_seconds"] for r in rows),
+        "cpu_seconds": statistics.mean(r["cpu_seconds"] for r in rows),
         "eval_seconds": statistics.mean(r["eval_seconds"] for r in rows),
         "steps": statistics.mean(r["steps"] for r in rows),
         "parameters": rows[0]["parameters"],
@@ -175,6 +211,11 @@ def main() -> int:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--seconds", type=float, default=600, help="train time cap per model")
     parser.add_argument("--steps", type=int, default=20000, help="step cap per model")
+    parser.add_argument(
+        "--cpu-seconds",
+        type=float,
+        help="CPU time cap per model (one thread each), the same whatever else the machine runs",
+    )
     parser.add_argument("--train", type=int, default=1000, help="train puzzles per family")
     parser.add_argument("--test", type=int, default=200, help="test (and val) puzzles")
     parser.add_argument("--hidden", type=int, default=64)
@@ -198,7 +239,13 @@ def main() -> int:
         spec = json.loads(args.config.read_text())
         family = spec["family"]
         params = PARAMS[family](**spec["params"])
-        families = {family: {"params": params, "trainer": spec["trainer"]}}
+        families = {
+            family: {
+                "params": params,
+                "trainer": spec["trainer"],
+                "recursive": spec.get("recursive", {}),
+            }
+        }
         args.families, args.train, args.test = family, spec["train"], spec["test"]
         args.seconds = spec.get("seconds") or args.seconds
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -224,7 +271,8 @@ def main() -> int:
                 "eval_puzzles": args.test,
                 **families[family]["trainer"],
                 **VARIANTS[variant],
-                **(args.recursive_knobs if variant != "one_step" else {}),
+                **(families[family].get("recursive", {}) if variant not in ONE_STEP else {}),
+                **(args.recursive_knobs if variant not in ONE_STEP else {}),
             }
             for seed in seeds:
                 jobs.append(
@@ -237,6 +285,7 @@ def main() -> int:
                         "val": val_set,
                         "test": test_set,
                         "seconds": args.seconds,
+                        "cpu_seconds": args.cpu_seconds,
                         "device": args.device,
                     }
                 )
@@ -247,21 +296,22 @@ def main() -> int:
             print(
                 f"  {row['family']:7s} {row['variant']:14s} seed {row['seed']}: exact "
                 f"{row['exact']:.3f} cells {row['cells']:.3f} steps {row['steps']} "
-                f"{row['train_seconds']:.0f} s",
+                f"{row['train_seconds']:.0f} s ({row['cpu_seconds']:.0f} s CPU)",
                 flush=True,
             )
     report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "results": {}}
     print(
         f"\nexact-answer accuracy (mean over {len(seeds)} seeds, 95% Wilson interval over "
         "their test puzzles, seed spread = std), per-cell accuracy on open cells; halt: mean "
-        "supervision steps with halting; secs: train wall time, (eval) the val points' share"
+        "supervision steps with halting; secs: train wall time, (eval) the val points' share; "
+        "cpu: train CPU seconds"
     )
     for family in args.families.split(","):
         paper = PAPER[family]
         print(f"\n{family}  (paper, another scale: {paper['where']})")
         print(
             f"  {'variant':14s} {'exact':>6s} {'95% interval':>15s} {'spread':>7s} "
-            f"{'cells':>6s} {'halt':>5s} {'steps':>6s} {'secs':>6s} {'(eval)':>6s} "
+            f"{'cells':>6s} {'halt':>5s} {'steps':>6s} {'secs':>6s} {'(eval)':>6s} {'cpu':>6s} "
             f"{'params':>7s} paper"
         )
         for variant in args.variants.split(","):
@@ -273,7 +323,7 @@ def main() -> int:
                 f"  {variant:14s} {s['exact']:6.3f} [{s['interval'][0]:.3f}, "
                 f"{s['interval'][1]:.3f}] {s['spread']:7.3f} {s['cells']:6.3f} "
                 f"{s['halting_steps']:5.1f} {s['steps']:6.0f} {s['seconds']:6.0f} "
-                f"{s['eval_seconds']:6.0f} "
+                f"{s['eval_seconds']:6.0f} {s['cpu_seconds']:6.0f} "
                 f"{s['parameters']:7d} {'-' if ref is None else f'{ref:.1f}%'}"
             )
         print("  exact after k supervision steps at inference (mean over seeds), k = 1 2 4 8 16:")

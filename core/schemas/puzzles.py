@@ -1,10 +1,11 @@
 """The grid trm's config: the paper's whole-answer model (worker/models/trm_grid.py) and its
 training (worker/train/trm_grid.py), every knob bounded so that the work a config asks for is.
 
-In the paper's terms: one 2-layer network (`mixer`: an MLP over the cells, or self-attention)
-applied `n_recursions` times to the latent per answer update (n), `cycles` such rounds per
-supervision step with the first cycles-1 gradient-free (T), and up to `supervision_steps`
-deeply supervised steps per puzzle over the detached (y, z) carry, with a halting head (N_sup).
+In the paper's terms: one 2-layer network (`mixer`: an MLP over the cells, self-attention, or a
+local 3x3 convolution) applied `n_recursions` times to the latent per answer update (n), `cycles`
+such rounds per supervision step with the first cycles-1 gradient-free (T), and up to
+`supervision_steps` deeply supervised steps per puzzle over the detached (y, z) carry, with a
+halting head (N_sup).
 `gradient="one_step"` back-propagates through the last latent update and the answer update only
 (the one-step gradient the paper compares against); n = T = N_sup = 1 is the one-step model.
 
@@ -29,10 +30,11 @@ class GridTrainerConfig(StrictModel):
         le=1024,
         description="Width of each cell's vector: the model's size, work and memory grow with it.",
     )
-    mixer: Literal["mlp", "attention"] = Field(
+    mixer: Literal["mlp", "attention", "conv"] = Field(
         default="mlp",
-        description="How cells exchange information in each block: an MLP along the cells, or "
-        "self-attention.",
+        description="How cells exchange information in each block: an MLP along the cells, "
+        "self-attention, or a 3x3 convolution over the grid (each cell sees its neighbours only, "
+        "so one pass of the network reaches two cells away).",
     )
     heads: int = Field(
         default=4,
@@ -213,12 +215,15 @@ class GridWork:
 def grid_work(config: GridTrainerConfig, cells: int, vocab: int) -> GridWork:
     """The arithmetic of worker/models/trm_grid.py. One application of the network `f` (two
     blocks) per puzzle: each block's per-cell SwiGLU 6 e C H^2, and its mixer, an MLP along the
-    cells (6 e H C^2) or attention (8 C H^2 + 4 C^2 H). A step runs f (n + 1) x T times forward
-    and the recorded part ((n + 1), or 2 for the one-step gradient) twice more for backward."""
+    cells (6 e H C^2), attention (8 C H^2 + 4 C^2 H) or a depthwise 3x3 convolution (18 C H).
+    A step runs f (n + 1) x T times forward and the recorded part ((n + 1), or 2 for the
+    one-step gradient) twice more for backward."""
     h, c, e = config.hidden, cells, config.expansion
     inner = max(1, round(e * h))
     if config.mixer == "mlp":
         mixer_flops, mixer_params = 6 * h * c * max(1, round(e * c)), 3 * c * max(1, round(e * c))
+    elif config.mixer == "conv":  # depthwise 3x3
+        mixer_flops, mixer_params = 2 * 9 * c * h, 10 * h
     else:
         mixer_flops, mixer_params = 8 * c * h * h + 4 * c * c * h, 4 * h * h
     f = 2 * (mixer_flops + 6 * c * h * inner)
@@ -229,7 +234,8 @@ def grid_work(config: GridTrainerConfig, cells: int, vocab: int) -> GridWork:
     evals = -(-config.max_steps // config.eval_every) * config.eval_puzzles
     eval_flops = evals * config.supervision_steps * (f * applications + heads / 3)
     parameters = 2 * (mixer_params + 3 * h * inner) + 2 * vocab * h + c * h + h + 1
-    kept = 2 * (4 * h + 3 * inner + (3 * h if config.mixer == "attention" else 3 * e * c))
+    mixer_kept = {"attention": 3 * h, "conv": h}.get(config.mixer, 3 * e * c)
+    kept = 2 * (4 * h + 3 * inner + mixer_kept)
     scores = 2 * config.heads * c * c if config.mixer == "attention" else 0
     activations = config.batch_size * recorded * (c * kept + scores)
     carry = config.batch_size * c * (4 * h + 3 * vocab)

@@ -82,7 +82,11 @@ def test_sets_of_another_family_or_no_set_are_refused_naming_the_source(
 
 @pytest.mark.parametrize(
     ("knobs", "cells", "vocab"),
-    [({"hidden": 64}, 36, 7), ({"hidden": 32, "mixer": "attention", "heads": 4}, 64, 5)],
+    [
+        ({"hidden": 64}, 36, 7),
+        ({"hidden": 32, "mixer": "attention", "heads": 4}, 64, 5),
+        ({"hidden": 32, "mixer": "conv"}, 121, 5),
+    ],
 )
 def test_the_estimate_counts_the_models_parameters(
     knobs: dict[str, Any], cells: int, vocab: int

@@ -37,6 +37,34 @@ def test_gradients_flow_only_through_the_last_cycle(gradient: str, recorded: int
     assert model.tokens.weight.grad is not None and model.tokens.weight.grad.abs().sum() > 0
 
 
+def _reach(config: GridTrainerConfig, side: int = 11) -> int:
+    """How far (in king moves) a change to the top-left cell moves the answer's logits."""
+    torch.manual_seed(0)
+    model = GridTRM(config, vocab=5, cells=side * side).eval()
+    grid = torch.zeros(1, side * side, dtype=torch.long)
+    changed = grid.clone()
+    changed[0, 0] = 1
+    with torch.no_grad():
+        a, b = (model.deep_recursion(*_fresh(model, g))[2][0] for g in (grid, changed))
+    moved = ((a - b).abs().amax(-1) > 1e-6).nonzero().flatten().tolist()
+    return max(max(divmod(cell, side)) for cell in moved)
+
+
+def _fresh(model: GridTRM, grid: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    x = model.embed(grid)
+    return (x, *model.start(x))
+
+
+def test_the_conv_mixer_moves_information_one_cell_a_block() -> None:
+    one_step = GridTrainerConfig(
+        hidden=16, mixer="conv", n_recursions=1, cycles=1, supervision_steps=1
+    )
+    # Two passes of the 2-block network (z, then y): four cells, no further.
+    assert _reach(one_step) == 4
+    # n = 3, T = 2: (3 + 1) x 2 passes, 16 cells, so the far corner (10 away) hears of it.
+    assert _reach(one_step.model_copy(update={"n_recursions": 3, "cycles": 2})) == 10
+
+
 def test_with_one_cycle_the_carry_gets_gradients() -> None:
     model = GridTRM(TINY.model_copy(update={"cycles": 1}), vocab=5, cells=9)
     x = model.embed(torch.randint(0, 5, (2, 9)))

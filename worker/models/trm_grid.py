@@ -7,8 +7,8 @@ supervision over the carry, halting, EMA, selection on val) is `worker/train/trm
 - **Input** `x`: each cell's token embedding (scaled to unit size) plus a learned embedding of
   its position: (puzzles, cells, hidden).
 - **One network** `f`: two post-normed blocks, each a mixer across cells (an MLP over the cell
-  axis, the paper's choice for Sudoku, or self-attention, its choice for mazes) then a SwiGLU
-  MLP per cell.
+  axis, the paper's choice for Sudoku; self-attention, its choice for mazes; or a local 3x3
+  convolution, which moves information one cell a block) then a SwiGLU MLP per cell.
 - **Latent recursion**: `z <- f(x + y + z)` `n` times, then the answer `y <- f(y + z)`.
 - **Deep recursion**: `T` such cycles; the first `T - 1` without gradients, the last with
   (`gradient="one_step"`: only its last latent update and the answer update record gradients).
@@ -49,14 +49,18 @@ class SwiGLU(nn.Module):
 
 
 class CellMixer(nn.Module):
-    """Mixes information across cells: an MLP along the cell axis (each channel alike), or
-    multi-head self-attention over the cells."""
+    """Mixes information across cells: an MLP along the cell axis (each channel alike),
+    multi-head self-attention over the cells, or a depthwise 3x3 convolution over the grid
+    (a cell reads its eight neighbours only: information moves one cell a block)."""
 
     def __init__(self, kind: str, cells: int, hidden: int, heads: int, expansion: float) -> None:
         super().__init__()
         self.kind, self.heads = kind, heads
+        self.side = math.isqrt(cells)
         if kind == "mlp":
             self.mlp = SwiGLU(cells, max(1, round(expansion * cells)))
+        elif kind == "conv":
+            self.conv = nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden)
         else:
             self.qkv = nn.Linear(hidden, 3 * hidden, bias=False)
             self.out = nn.Linear(hidden, hidden, bias=False)
@@ -65,6 +69,9 @@ class CellMixer(nn.Module):
         if self.kind == "mlp":
             return self.mlp(h.transpose(1, 2)).transpose(1, 2)
         b, cells, width = h.shape
+        if self.kind == "conv":
+            grid = h.transpose(1, 2).reshape(b, width, self.side, self.side)
+            return self.conv(grid).flatten(2).transpose(1, 2)
         q, k, v = self.qkv(h).view(b, cells, 3, self.heads, width // self.heads).unbind(2)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         att = F.scaled_dot_product_attention(q, k, v)
