@@ -65,7 +65,7 @@ from worker.features import aligned as al
 from worker.features import context as cx
 from worker.features import ids
 from worker.features import text as tx
-from worker.features.cells import Grid, window_features
+from worker.features.cells import Grid, move_features, walk_features, window_features
 from worker.features.kinds import name
 from worker.features.plans import plan_features
 from worker.features.row import candidate_features
@@ -310,8 +310,12 @@ class FastEncoder:
                 for stat, value in reading.stats.items():
                     if stat in stats:
                         shared[name("TS", tpath, stat)] = value
+        moves = None  # cells.move_features: a move's cells, per candidate (none without grids)
         if grids:
             shared.update(window_features(grids, lists))
+            shared.update(walk_features(grids, lists, ctx_lists, ctx_strings))
+            strs = [(p, v) for p, v in context if isinstance(v, str | frozenset)]
+            moves = move_features(grids, lists, strs, tools)
         shared.update(cx.list_differences(lists))
         shared_cols.update(self._columns(shared))
 
@@ -383,6 +387,8 @@ class FastEncoder:
                 self.put(cx.list_places(ctx_lists, names[i]), f)
             if matches is not None:
                 self.put(matches[i], f)
+            if moves is not None:
+                self.put(moves[i], f)
             if n <= cx.MAX_CROSSED_CANDIDATES:
                 crossed = self.crossed.get(info.lows[i])
                 if crossed:

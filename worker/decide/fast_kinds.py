@@ -75,6 +75,11 @@ KNOWN = frozenset(
         "S",
         "OMIN",
         "OMAX",
+        "GO",
+        "GOD",
+        "GOHAS",
+        "WALK",
+        "WALKD",
     )
 )
 
