@@ -110,6 +110,15 @@ class TrmTrainerConfig(StrictModel):
         description="Dropout on the network's hidden units while training (none at inference); "
         "0: none (docs/quality.md: at 0.2, grid +0.02 and schedule -0.05 on fresh seeds).",
     )
+    wide: float = Field(
+        default=0.0,
+        ge=0,
+        le=1000,
+        description="A linear text part beside the network: every word and pair of words of the "
+        "row's texts, hashed with the candidate's id, as a logistic regression of this strength "
+        "(sklearn's C; 1 is its default) fitted first, the network trained on top; 0: none. It "
+        "reads the rare words the feature space's floors leave out (worker/features/wide.py).",
+    )
     select_by: Literal["accuracy", "loss", "auc"] = Field(
         default="accuracy",
         description="Which val figure picks the epoch kept: `accuracy` (ties: the lower loss); "

@@ -97,13 +97,26 @@ class Controller:
             starts = np.cumsum([0, *counts])
             return [flat[a:b].tolist() for a, b in zip(starts[:-1], starts[1:], strict=True)]
         scaled = self.encoder.scaled(raw)
+        wide = self._wide(rows, max(counts))
         if self.numpy is not None and len(rows) <= NUMPY_ROWS:
-            final = self.numpy.net.infer(*pad_stacked(scaled, counts))
+            final = self.numpy.net.infer(*pad_stacked(scaled, counts), wide)
         else:
-            final = self._torch(scaled, counts)
+            final = self._torch(scaled, counts, wide)
         return [final[i, :n].tolist() for i, n in enumerate(counts)]
 
-    def _torch(self, scaled: np.ndarray, counts: list[int]) -> np.ndarray:
+    def _wide(self, rows: Sequence[DecideRow], widest: int) -> np.ndarray | None:
+        """The linear text part's logits (rows, widest) of a trm that has one, else None."""
+        buckets = int(getattr(getattr(self.policy, "model", None), "wide_buckets", 0) or 0)
+        if not buckets or self.numpy is None:
+            return None
+        from worker.features.wide import wide_terms
+
+        terms = [wide_terms(r.state, list(r.tools), buckets) for r in rows]
+        return self.numpy.net.wide_logits(terms, widest)
+
+    def _torch(
+        self, scaled: np.ndarray, counts: list[int], wide: np.ndarray | None = None
+    ) -> np.ndarray:
         """`TrmPolicy.scores_batch`'s forward: `SCORE_ROWS` rows at a time, each chunk padded to
         its widest row."""
         import torch
@@ -118,10 +131,15 @@ class Controller:
             chunk = counts[first : first + SCORE_ROWS]
             block = scaled[starts[first] : starts[first + len(chunk)]]
             x, mask = pad_stacked(block, chunk)
+            given = None
+            if wide is not None:
+                block_wide = wide[first : first + len(chunk), : mask.shape[1]]
+                given = torch.from_numpy(np.ascontiguousarray(block_wide)).to(policy.device)
             final = policy.model.infer(
                 torch.from_numpy(x).to(policy.device),
                 torch.from_numpy(mask).to(policy.device),
                 policy.steps,
+                given,
             ).cpu()
             out[first : first + len(chunk), : final.shape[1]] = final.numpy()
         return out

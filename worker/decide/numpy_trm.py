@@ -12,6 +12,7 @@ import math
 import struct
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,8 @@ WEIGHT_KEYS = (
       for key in _linear_keys(f"net.{k}.{part}")),
     "y0", "z0", *_linear_keys("out_norm"), *_linear_keys("score"), *_linear_keys("halt"),
 )  # fmt: skip
+# The linear text part's, in a model that has one (`wide` > 0): its weights and its gate.
+WIDE_KEYS = ("wide", "wide_gate")
 
 
 def read_safetensors(path: Path) -> Weights:
@@ -160,8 +163,11 @@ class NumpyTrm:
     def __init__(
         self, weights: Weights, n: int, cycles: int, steps: int, act: Activation | None = None
     ) -> None:
-        unknown = sorted(set(weights) - set(WEIGHT_KEYS))
+        wide = [k for k in WIDE_KEYS if k in weights]
+        unknown = sorted(set(weights) - set(WEIGHT_KEYS) - set(WIDE_KEYS))
         missing = sorted(set(WEIGHT_KEYS) - set(weights))
+        if wide and len(wide) < len(WIDE_KEYS):
+            missing += sorted(set(WIDE_KEYS) - set(wide))
         if unknown or missing:
             # A trm with another layer (or without one) is another network: refuse it rather
             # than score it wrong.
@@ -177,6 +183,27 @@ class NumpyTrm:
         self.out_norm = (w["out_norm.weight"], w["out_norm.bias"])
         self.score = (w["score.weight"][0], w["score.bias"][0])
         self.halt = (w["halt.weight"][0], w["halt.bias"][0])
+        # The linear text part: (buckets,) weights and the gate, or None.
+        self.wide = (w["wide"], np.float32(w["wide_gate"])) if wide else None
+
+    @property
+    def wide_buckets(self) -> int:
+        """The linear text part's buckets (its terms are hashed into them); 0 without one."""
+        return 0 if self.wide is None else len(self.wide[0])
+
+    def wide_logits(self, terms: list[list[Any]], widest: int) -> np.ndarray:
+        """(rows, widest) linear text scores of each row's candidates from their hashed terms
+        (`worker/features/wide.py`'s `Terms`: `ids` and `values`), as `TinyRecursiveModel.
+        wide_logits`; a model without the part scores 0."""
+        out = np.zeros((len(terms), widest), dtype=np.float32)
+        if self.wide is None:
+            return out
+        for i, row in enumerate(terms):
+            for c, t in enumerate(row):
+                ids = np.asarray(t.ids, dtype=np.int64)
+                values = np.asarray(t.values, dtype=np.float32)
+                out[i, c] = np.add.reduce(self.wide[0][ids] * values) if len(ids) else 0.0
+        return out
 
     @classmethod
     def load(cls, weights: Path, config: Path) -> NumpyTrm:
@@ -200,9 +227,12 @@ class NumpyTrm:
             z = self.f(x + y + z, rows)
         return self.f(y + z, rows), z
 
-    def infer(self, features: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def infer(
+        self, features: np.ndarray, mask: np.ndarray, wide: np.ndarray | None = None
+    ) -> np.ndarray:
         """(rows, candidates) scores after each row's halting step (the first whose halting
-        logit is > 0) or after `steps`; padding candidates score PAD_SCORE."""
+        logit is > 0) or after `steps`; padding candidates score PAD_SCORE. `wide`: the linear
+        text part's logits (`wide_logits`), for a model that has the part."""
         (w0, b0), (w2, b2) = self.embed
         x = self.act(features.astype(np.float32) @ w0 + b0) @ w2 + b2
         y = np.broadcast_to(self.w["y0"], x.shape).copy()
@@ -214,7 +244,10 @@ class NumpyTrm:
             for _ in range(self.cycles):
                 y, z = self.latent_recursion(x, y, z, rows)
             h = layer_norm(y, *self.out_norm)
-            scores = np.where(mask, h @ self.score[0] + self.score[1], PAD_SCORE)
+            linear = h @ self.score[0] + self.score[1]
+            if wide is not None and self.wide is not None:
+                linear = linear + self.wide[1] * wide
+            scores = np.where(mask, linear, PAD_SCORE)
             pooled = (h * rows.m).sum(1) / np.maximum(rows.m.sum(1), 1)
             q = pooled @ self.halt[0] + self.halt[1]
             halt = ~done & ((q > 0) | (step == self.steps - 1))

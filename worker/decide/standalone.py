@@ -70,7 +70,16 @@ class Model:
         result: list[list[float]] = []
         for first in range(0, len(blocks), BATCH_ROWS):
             chunk = blocks[first : first + BATCH_ROWS]
-            final = self.net.infer(*pad(chunk, 2 * len(self.index)))
+            x, mask = pad(chunk, 2 * len(self.index))
+            wide = None
+            if self.net.wide_buckets:  # the linear text part reads the row's hashed terms
+                from worker.features.wide import wide_terms
+
+                rows = zip(states[first : first + BATCH_ROWS], tools[first : first + BATCH_ROWS],
+                           strict=True)  # fmt: skip
+                terms = [wide_terms(s, list(t), self.net.wide_buckets) for s, t in rows]
+                wide = self.net.wide_logits(terms, mask.shape[1])
+            final = self.net.infer(x, mask, wide)
             result += [[float(v) for v in final[i, : len(b)]] for i, b in enumerate(chunk)]
         return result
 

@@ -47,7 +47,10 @@ from worker.external.common import LEARNED, BenchRow, Log, Scored, train_policy
 # The trm keeps its epoch of least val loss: a router is swept by threshold across prompts, so
 # what counts is how its scores rank the prompts, not how often the pick of each is right (82%
 # of MMLU rows want the weak model: by accuracy the first, constant epoch always wins).
-TRM_CONFIG = {"select_by": "loss"}
+# The linear text part (`wide`, C as sklearn's default): the rare words and pairs that tell
+# one prompt from another are what a TF-IDF regression reads and the feature space's floors
+# leave out (docs/quality.md).
+TRM_CONFIG: dict[str, Any] = {"select_by": "loss", "wide": 1.0}
 
 ANCHOR_SEED = 0
 UNSEEN_SHARE = 0.25

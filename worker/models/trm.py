@@ -16,6 +16,12 @@ Read top to bottom: the one network, the recursion, rows as tensors, files, poli
   a deep recursion from the previous step's detached `(y, z)`, each with its own loss and update.
   At inference a row stops at the first step whose `q > 0`, or after `N_sup`.
 - `n = T = N_sup = 1` is the one-step model (the ablation).
+- **Wide text part** (optional, `wide` > 0 in the config): a linear score per candidate over the
+  row's texts as hashed terms crossed with the candidate (`worker/features/wide.py`), the rare
+  words and pairs the feature space leaves out. Its weights (`wide`) are fitted before the
+  network as a penalized logistic regression and then frozen (worker/train/trm.py); the network
+  learns what to add to it, and one learned gate (`wide_gate`) how much of it to take:
+  `score = score(y) + wide_gate * wide_logit`.
 - **Files**: `model.safetensors`, `config.json` (sizes and the training config), `features.json`.
 """
 
@@ -37,6 +43,7 @@ from torch import nn
 from core.rundir import FEATURES, TRM_CONFIG, TRM_MODEL, write_bytes_atomic, write_json_atomic
 from core.schemas.train import TrmTrainerConfig
 from worker.context import StageFailure
+from worker.features.wide import BUCKETS, Terms, wide_terms
 from worker.models.feature_space import FeatureSpace
 from worker.models.policy import Policy, files_hash, model_files
 from worker.models.rows import read_rows
@@ -71,9 +78,21 @@ class SetLayer(nn.Module):
 
 
 class TinyRecursiveModel(nn.Module):
-    def __init__(self, width: int, hidden: int, n: int, cycles: int, dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        width: int,
+        hidden: int,
+        n: int,
+        cycles: int,
+        dropout: float = 0.0,
+        wide_buckets: int = 0,
+    ) -> None:
         super().__init__()
-        self.n, self.cycles = n, cycles
+        self.n, self.cycles, self.wide_buckets = n, cycles, wide_buckets
+        if wide_buckets:
+            # Fitted before the network and frozen (the optimizer never moves it).
+            self.wide = nn.Parameter(torch.zeros(wide_buckets), requires_grad=False)
+            self.wide_gate = nn.Parameter(torch.ones(()))
         self.embed = nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, hidden))
         # the one network f
         self.net = nn.ModuleList([SetLayer(hidden, dropout), SetLayer(hidden, dropout)])
@@ -99,31 +118,54 @@ class TinyRecursiveModel(nn.Module):
             z = self.f(x + y + z, mask)
         return self.f(y + z, mask), z
 
+    def wide_logits(self, wide: dict[str, torch.Tensor], shape: tuple[int, int]) -> torch.Tensor:
+        """(rows, candidates) linear text scores from a batch's hashed terms (`Encoded.batch`'s
+        `wide_ids`, `wide_values`, `wide_slot`: the flat row * candidates slot of each term)."""
+        flat = torch.zeros(shape[0] * shape[1], device=wide["wide_values"].device)
+        flat.index_add_(0, wide["wide_slot"], self.wide[wide["wide_ids"]] * wide["wide_values"])
+        return flat.view(shape)
+
     def deep_recursion(
-        self, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor, mask: torch.Tensor
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        z: torch.Tensor,
+        mask: torch.Tensor,
+        wide: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """One supervision step: T-1 gradient-free cycles, one with gradients. Returns the new
         (y, z) (still attached: the trainer detaches them for the next step), the scores
-        (rows, candidates) and the halting logits (rows,)."""
+        (rows, candidates) and the halting logits (rows,). `wide`: the linear text part's
+        logits (rows, candidates), added through the gate."""
         with torch.no_grad():
             for _ in range(self.cycles - 1):
                 y, z = self.latent_recursion(x, y, z, mask)
         y, z = self.latent_recursion(x, y, z, mask)
         h = self.out_norm(y)
-        scores = self.score(h).squeeze(-1).masked_fill(~mask, PAD_SCORE)
+        scores = self.score(h).squeeze(-1)
+        if wide is not None and self.wide_buckets:
+            scores = scores + self.wide_gate * wide
+        scores = scores.masked_fill(~mask, PAD_SCORE)
         m = mask.unsqueeze(-1)
         pooled = (h * m).sum(1) / m.sum(1).clamp(min=1)
         return y, z, scores, self.halt(pooled).squeeze(-1)
 
     @torch.no_grad()
-    def infer(self, features: torch.Tensor, mask: torch.Tensor, steps: int) -> torch.Tensor:
-        """Scores after each row's halting step (the first with q > 0) or after `steps`."""
+    def infer(
+        self,
+        features: torch.Tensor,
+        mask: torch.Tensor,
+        steps: int,
+        wide: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Scores after each row's halting step (the first with q > 0) or after `steps`;
+        `wide` the linear text part's logits (rows, candidates), for a model that has one."""
         x = self.embed(features)
         y, z = self.start(x)
         final = torch.full(mask.shape, PAD_SCORE, device=x.device)
         done = torch.zeros(mask.shape[0], dtype=torch.bool, device=x.device)
         for step in range(steps):
-            y, z, scores, q = self.deep_recursion(x, y, z, mask)
+            y, z, scores, q = self.deep_recursion(x, y, z, mask, wide)
             halt = ~done & ((q > 0) | (step == steps - 1))
             final[halt] = scores[halt]
             done |= halt
@@ -134,11 +176,22 @@ class TinyRecursiveModel(nn.Module):
 
 # ---- rows as tensors ---------------------------------------------------------------------------
 class Encoded:
-    """Rows as each candidate's scaled features; `batch(idx)` pads to the batch's widest row."""
+    """Rows as each candidate's scaled features; `batch(idx)` pads to the batch's widest row.
+    With `wide_buckets`, also each candidate's hashed text terms (`worker/features/wide.py`), and
+    `wide_override` (rows, candidates) logits that a batch carries instead of the model's own
+    (the trainer's out-of-fold logits of the train rows)."""
 
-    def __init__(self, space: FeatureSpace, rows: Sequence[dict[str, Any]]) -> None:
+    def __init__(
+        self, space: FeatureSpace, rows: Sequence[dict[str, Any]], wide_buckets: int = 0
+    ) -> None:
         space.prefetch((r["state"], list(r["tools"])) for r in rows)
         self.features = [space.scaled(r["state"], list(r["tools"])) for r in rows]
+        self.terms: list[list[Terms]] = (
+            [wide_terms(r["state"], list(r["tools"]), wide_buckets) for r in rows]
+            if wide_buckets
+            else []
+        )
+        self.wide_override: list[np.ndarray] | None = None
         self.target = torch.tensor(
             [list(r["tools"]).index(r["action"]) if "action" in r else 0 for r in rows]
         )
@@ -159,11 +212,46 @@ class Encoded:
         for i, c in enumerate(chosen):
             x[i, : len(c)] = c
             mask[i, : len(c)] = True
-        return {
+        out = {
             "x": torch.from_numpy(x).to(device),
             "mask": torch.from_numpy(mask).to(device),
             "target": self.target[idx].to(device),
         }
+        if self.terms:
+            out.update(self._wide_batch(idx, widest, device))
+        return out
+
+    def _wide_batch(
+        self, idx: torch.Tensor, widest: int, device: torch.device
+    ) -> dict[str, torch.Tensor]:
+        if self.wide_override is not None:
+            given = np.zeros((len(idx), widest), dtype=np.float32)
+            for i, j in enumerate(idx):
+                row = self.wide_override[int(j)]
+                given[i, : len(row)] = row
+            return {"wide_given": torch.from_numpy(given).to(device)}
+        ids: list[int] = []
+        values: list[float] = []
+        slots: list[int] = []
+        for i, j in enumerate(idx):
+            for c, terms in enumerate(self.terms[int(j)]):
+                ids += terms.ids
+                values += terms.values
+                slots += [i * widest + c] * len(terms.ids)
+        return {
+            "wide_ids": torch.tensor(ids, dtype=torch.long, device=device),
+            "wide_values": torch.tensor(values, dtype=torch.float32, device=device),
+            "wide_slot": torch.tensor(slots, dtype=torch.long, device=device),
+        }
+
+
+def wide_input(model: TinyRecursiveModel, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
+    """A batch's linear text logits for the model (None for a model without the part)."""
+    if not model.wide_buckets:
+        return None
+    if "wide_given" in batch:
+        return batch["wide_given"]
+    return model.wide_logits(batch, tuple(batch["mask"].shape))  # type: ignore[arg-type]
 
 
 # ---- files -------------------------------------------------------------------------------------
@@ -174,6 +262,7 @@ def build(space: FeatureSpace, config: dict[str, Any]) -> TinyRecursiveModel:
         int(config["n_recursions"]),
         int(config["cycles"]),
         float(config.get("dropout") or 0.0),
+        BUCKETS if float(config.get("wide") or 0.0) > 0 else 0,
     )
 
 
@@ -252,9 +341,10 @@ class TrmPolicy(Policy):
         rows = [{"state": s, "tools": list(t)} for s, t in zip(states, tools, strict=True)]
         out: list[list[float]] = []
         for start in range(0, len(rows), SCORE_ROWS):
-            data = Encoded(self.space, rows[start : start + SCORE_ROWS])
+            data = Encoded(self.space, rows[start : start + SCORE_ROWS], self.model.wide_buckets)
             b = data.batch(torch.arange(len(data)), self.device)
-            final = self.model.infer(b["x"], b["mask"], self.steps).cpu()
+            wide = wide_input(self.model, b)
+            final = self.model.infer(b["x"], b["mask"], self.steps, wide).cpu()
             self.forward_passes += 1
             out += [final[i, : len(r["tools"])].tolist() for i, r in enumerate(data.rows)]
         return out

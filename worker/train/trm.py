@@ -40,10 +40,11 @@ from torch import nn
 from core.rundir import FEATURES, TRAIN_ROWS, TRM_BEST, TRM_MODEL, VAL_ROWS
 from core.schemas.train import TrmTrainerConfig
 from worker.context import StageFailure
+from worker.features.wide import BUCKETS
 from worker.models.feature_space import FeatureSpace
 from worker.models.rows import read_rows
-from worker.models.trm import Encoded, TinyRecursiveModel, build, save_model
-from worker.train import checkpoints
+from worker.models.trm import Encoded, TinyRecursiveModel, build, save_model, wide_input
+from worker.train import checkpoints, trm_wide
 from worker.train.callbacks import TrainerCallbacks
 from worker.train.memory import Rss, peak_vram, reset_peak_vram
 
@@ -87,7 +88,7 @@ def supervised_batch(
         for j, b in enumerate(chunks):
             x = model.embed(inputs[j])
             y, z = carries[j] or model.start(x)
-            y, z, scores, q = model.deep_recursion(x, y, z, b["mask"])
+            y, z, scores, q = model.deep_recursion(x, y, z, b["mask"], wide_input(model, b))
             right = (scores.argmax(-1) == b["target"]).float()
             loss = F.cross_entropy(scores, b["target"], reduction="sum")
             loss = loss + halt_weight * F.binary_cross_entropy_with_logits(
@@ -172,7 +173,7 @@ def evaluate(
         if progress:
             progress(start, len(data))
         b = data.batch(torch.arange(start, min(start + 256, len(data))), device)
-        scores = model.infer(b["x"], b["mask"], steps)
+        scores = model.infer(b["x"], b["mask"], steps, wide_input(model, b))
         right += int((scores.argmax(-1) == b["target"]).sum())
         loss += float(F.cross_entropy(scores, b["target"], reduction="sum"))
         logps += scores.log_softmax(-1).cpu().tolist()
@@ -252,7 +253,8 @@ def _train(
         space = FeatureSpace.load(resume / FEATURES)
     else:
         space = FeatureSpace.fit(rows, crossed_cells=False, text_encoder=cfg["text_encoder"])
-    data, val = Encoded(space, rows), Encoded(space, val_rows)
+    buckets = BUCKETS if float(cfg["wide"] or 0.0) > 0 else 0
+    data, val = Encoded(space, rows, buckets), Encoded(space, val_rows, buckets)
 
     micro, accum = int(cfg["batch_size"]), 1 if probe else int(cfg["grad_accum"])
     per_step = micro * accum  # the effective batch: the OOM retry keeps it
@@ -268,6 +270,15 @@ def _train(
 
     torch.manual_seed(seed)
     model = build(space, cfg).to(device)
+    if buckets:
+        # The linear text part, fitted before the network (worker/train/trm_wide.py): the
+        # train rows carry its out-of-fold logits, val and later rows its own.
+        weights, data.wide_override = trm_wide.fit_with_out_of_fold(
+            data.terms, [int(t) for t in data.target],
+            [str(r.get("env") or "") for r in rows], float(cfg["wide"]), buckets,
+        )  # fmt: skip
+        with torch.no_grad():
+            model.wide.copy_(torch.from_numpy(weights).to(device))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.01)
     ema = Ema(model, EMA_DECAY)
     step, last_loss, stopped_by = 0, None, None

@@ -1,0 +1,108 @@
+"""The trm's linear text part (`wide`): it reads the rare words the feature space leaves out,
+and every forward (torch, numpy, an exported controller) answers with it the same."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from worker.decide.controller import DecideRow, load_controller
+from worker.decide.export import export_controller, run_exported
+from worker.decide.numpy_trm import NumpyTrm, pad
+from worker.evaluate.policies import load_policy
+from worker.features.wide import wide_terms
+from worker.models.encoding import raw_matrix, scaled_matrix
+from worker.models.policy import argmax
+from worker.models.trm import load_trm
+from worker.train import trm
+from worker.train.callbacks import TrainerCallbacks
+
+TINY = {"hidden": 32, "n_recursions": 1, "cycles": 1, "supervision_steps": 1, "batch_size": 16,
+        "lr": 1e-2, "epochs": 20, "patience": 20}  # fmt: skip
+FILLER = ["please", "could", "you", "help", "me", "with", "my", "request", "today", "about",
+          "thing", "we", "discussed", "soon"]  # fmt: skip
+WORLDS = 4
+
+
+def keywords(world: int) -> tuple[list[str], list[str]]:
+    """Each world's own words for hard and easy work: a word one world alone uses is below the
+    feature space's floors (half the train worlds), so only the linear part reads it."""
+    rng = random.Random(f"words-{world}")
+    drawn = ["".join(rng.choice("bcdfghklmnprstvz") + rng.choice("aeiou") for _ in range(4))
+             for _ in range(6)]  # fmt: skip
+    return drawn[:3], drawn[3:]
+
+
+def prompt_row(rng: random.Random, world: int) -> dict[str, Any]:
+    hard = rng.random() < 0.5
+    hard_words, easy_words = keywords(world)
+    words = rng.sample(FILLER, rng.randint(3, 8)) + [rng.choice(hard_words if hard else easy_words)]
+    rng.shuffle(words)
+    return {"state": json.dumps({"request": " ".join(words)}), "tools": ["a", "b"],
+            "action": "b" if hard else "a", "meta": {"env": f"w{world}"}}  # fmt: skip
+
+
+def write(root: Path, split: str, rows: list[dict[str, Any]]) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def accuracy(folder: Path, rows: list[dict[str, Any]]) -> float:
+    policy = load_policy({"type": "trm", "path": str(folder)})
+    scores = policy.scores_batch([r["state"] for r in rows], [r["tools"] for r in rows])
+    right = [r["tools"][argmax(s)] == r["action"] for r, s in zip(rows, scores, strict=True)]
+    return sum(right) / len(rows)
+
+
+def corpus(tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
+    rng = random.Random(0)
+    write(tmp_path / "c", "train", [prompt_row(rng, w % WORLDS) for w in range(320)])
+    write(tmp_path / "c", "val", [prompt_row(rng, w % WORLDS) for w in range(60)])
+    return tmp_path / "c", [prompt_row(rng, w % WORLDS) for w in range(120)]
+
+
+def test_words_each_world_uses_alone_are_learned_by_the_linear_text_part_only(
+    tmp_path: Path,
+) -> None:
+    folder, held_out = corpus(tmp_path)
+    trm.train(TINY, folder, tmp_path / "plain", TrainerCallbacks(), seed=0)
+    trm.train({**TINY, "wide": 10.0}, folder, tmp_path / "wide", TrainerCallbacks(), seed=0)
+    assert accuracy(tmp_path / "plain", held_out) < 0.8
+    assert accuracy(tmp_path / "wide", held_out) == 1.0
+
+
+def test_the_numpy_forward_and_the_service_decide_as_the_torch_model_with_the_text_part(
+    tmp_path: Path,
+) -> None:
+    folder, held_out = corpus(tmp_path)
+    out = tmp_path / "wide"
+    trm.train({**TINY, "wide": 10.0, "epochs": 3}, folder, out, TrainerCallbacks(), seed=0)
+    policy = load_trm(out, "cpu")
+    states, tools = [r["state"] for r in held_out], [r["tools"] for r in held_out]
+    torch_scores = np.array(policy.scores_batch(states, tools))
+    net = NumpyTrm.load(out / "model.safetensors", out / "config.json")
+    assert net.wide_buckets > 0
+    space = policy.space
+    blocks = [scaled_matrix(raw_matrix(space.index, s, t), space._mean, space._scale)
+              for s, t in zip(states, tools, strict=True)]  # fmt: skip
+    x, mask = pad(blocks, space.width)
+    terms = [wide_terms(s, t, net.wide_buckets) for s, t in zip(states, tools, strict=True)]
+    numpy_scores = net.infer(x, mask, net.wide_logits(terms, mask.shape[1]))
+    np.testing.assert_allclose(numpy_scores, torch_scores, atol=1e-4)
+    # Without its text part the same network answers otherwise: the part is in those scores.
+    assert not np.allclose(net.infer(x, mask), torch_scores, atol=1e-3)
+    controller = load_controller(out, "trm")
+    decided = controller.decide([DecideRow(s, list(t)) for s, t in zip(states, tools, strict=True)])
+    assert [d.action for d in decided] == [t[int(np.argmax(s))] for t, s in
+                                           zip(tools, torch_scores, strict=True)]  # fmt: skip
+    # An exported controller (numpy and the standard library only) answers the same.
+    export_controller(out, "trm", tmp_path / "export")
+    exported = run_exported(tmp_path / "export", [DecideRow(s, list(t)) for s, t in
+                                                  zip(states, tools, strict=True)])  # fmt: skip
+    assert [d.action for d in exported] == [d.action for d in decided]
+    np.testing.assert_allclose([d.scores for d in exported], [d.scores for d in decided],
+                               atol=1e-5)  # fmt: skip
