@@ -20,8 +20,12 @@ schedule and on a larger instance:
   `after` (the work left after this one), `finish` (earliest start + work left - t: the job's
   own bound on the makespan), `next_dur`, `next_wait` and `next_load` (the job's next
   operation, how long it would wait for its machine after this one ends, and that machine's
-  work left: is the job headed for a bottleneck; 0 when this is the last).
-- `machine`: the step's machine, `load` (its work left) and `idle` (t - when it got free).
+  work left: is the job headed for a bottleneck; 0 when this is the last), `bound_if` (the
+  makespan's lower bound, as `bound`, once this operation is dispatched: the jobs queued on the
+  machine then wait for its end; - t) and `delays` (how long the other candidates would wait
+  for its end, summed): a choice's one-step look-ahead.
+- `machine`: the step's machine, `load` (its work left), `idle` (t - when it got free),
+  `queue` and `queue_work` (the jobs whose next operation is on it, and their durations).
 - `bound` (the makespan's lower bound now: of every job, its ready time + work left, and of
   every machine, its free time + work left; - t), `window` (the first finish - t), `progress`
   (share of the operations dispatched).
@@ -124,6 +128,12 @@ class Shop:
         est = {j: self.earliest(j) for j in jobs}
         t = min(est.values())
         window = min(est[j] + instance.jobs[j][self.next[j]].duration for j in jobs) - t
+        queued = [
+            j for j, k in enumerate(self.next)
+            if k < len(instance.jobs[j]) and instance.jobs[j][k].machine == machine
+        ]  # fmt: skip
+        job_bound = [r + w for r, w in zip(self.ready, self.work_left, strict=True)]
+        machine_bound = [f + w for f, w in zip(self.free, self.load, strict=True)]
         entries: dict[str, Any] = {}
         for j in jobs:
             k = self.next[j]
@@ -142,6 +152,8 @@ class Shop:
                 "next_dur": following.duration if following else 0,
                 "next_wait": max(0, self.free[following.machine] - end) if following else 0,
                 "next_load": self.load[following.machine] if following else 0,
+                "bound_if": self._bound_if(j, end, machine, queued, job_bound, machine_bound) - t,
+                "delays": sum(max(0, end - est[k]) for k in jobs if k != j),
             }
         bound = max(
             max(r + w for r, w in zip(self.ready, self.work_left, strict=True)),
@@ -149,11 +161,32 @@ class Shop:
         )
         return {
             "jobs": entries,
-            "machine": {"load": self.load[machine], "idle": t - self.free[machine]},
+            "machine": {
+                "load": self.load[machine],
+                "idle": t - self.free[machine],
+                "queue": len(queued),
+                "queue_work": sum(instance.jobs[j][self.next[j]].duration for j in queued),
+            },
             "bound": bound - t,
             "window": window,
             "progress": round(self.done / self.total, 4),
         }
+
+    def _bound_if(
+        self, job: int, end: int, machine: int, queued: list[int],
+        job_bound: list[int], machine_bound: list[int],
+    ) -> int:  # fmt: skip
+        """The makespan's lower bound once `job` is dispatched to end at `end`: every job's
+        ready time + work left (the jobs queued on the machine wait for it to get free), every
+        machine's free time + work left."""
+        dur = self.instance.jobs[job][self.next[job]].duration
+        jobs = max((b for k, b in enumerate(job_bound) if k != job), default=0)
+        waiting = max(
+            (max(self.ready[k], end) + self.work_left[k] for k in queued if k != job), default=0
+        )
+        machines = max((b for m, b in enumerate(machine_bound) if m != machine), default=0)
+        mine = end + self.work_left[job] - dur
+        return max(jobs, waiting, machines, mine, end + self.load[machine] - dur)
 
 
 # A rule: (shop, candidate jobs) -> the chosen job.
