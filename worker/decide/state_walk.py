@@ -5,7 +5,6 @@ context leaves, each the same as the general code's (`worker/features/context.py
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +12,7 @@ from worker.features import context as cx
 from worker.features import ids
 from worker.features import text as tx
 from worker.features.cells import Grid, is_grid
-from worker.features.kinds import Features, name
+from worker.features.kinds import Features
 from worker.features.text import Text
 from worker.features.values import number_of
 
@@ -114,15 +113,7 @@ def flat_list_shapes(parsed: dict[str, Any], leaves: tuple[tuple[str, str], ...]
     """`context.list_shapes` of a flat state's nested object, from its parsed JSON and the
     walk's leaves outside the roots: the lists among them, then the same shapes."""
     shapes = [(p, v) for k, p in leaves if isinstance(v := parsed[k], list)][: cx.MAX_LISTS]
-    context: Features = {}
-    for path, items in shapes:
-        context[name("L", path)] = float(len(items))
-        keys = [json.dumps(v, sort_keys=True) for v in items]
-        context[name("DUP", path)] = float(len(keys) - len(set(keys)))
-    for a, (pa, la) in enumerate(shapes):
-        for pb, lb in shapes[a + 1 :]:
-            context[name("LD", pa, pb)] = float(len(la) - len(lb))
-    return context
+    return cx.shape_features(shapes)
 
 
 def flat_signature(parsed: Any) -> tuple[str, ...] | None:

@@ -176,6 +176,12 @@ def list_shapes(state: Any, roots: set[str]) -> Features:
             shapes.append((path, node))  # lists inside lists are items, not shapes
 
     walk(state, "")
+    return shape_features(shapes)
+
+
+def shape_features(shapes: list[tuple[str, list[Any]]]) -> Features:
+    """The shape features of a state's lists (path, items), in the order they were met: each
+    list's length and duplicated items, and every pair's difference of lengths."""
     context: Features = {}
     for path, items in shapes:
         context[name("L", path)] = float(len(items))
