@@ -100,10 +100,21 @@ def test_the_state_aligns_each_candidate_with_its_own_job() -> None:
     assert (machine, jobs) == (0, [0, 1])
     state = shop.state(machine, jobs)
     assert set(state["jobs"]) == {job_id(0), job_id(1)}
-    assert state["jobs"]["j0"] == {"dur": 3, "delay": 0, "end": 3, "ready": 0, "work_left": 5,
-                                   "ops_left": 2, "after": 2, "finish": 5, "next_dur": 2,
-                                   "next_wait": 0, "next_load": 6, "bound_if": 9,
-                                   "delays": 3}  # fmt: skip
+    assert state["jobs"]["j0"] == {
+        "dur": 3,
+        "delay": 0,
+        "end": 3,
+        "ready": 0,
+        "work_left": 5,
+        "ops_left": 2,
+        "after": 2,
+        "finish": 5,
+        "next_dur": 2,
+        "next_wait": 0,
+        "next_load": 6,
+        "bound_if": 9,
+        "delays": 3,
+    }
     # Job 1 first: job 0 waits for it (2 + 5 = 7), not job 1 for job 0 (3 + 6 = 9).
     assert state["jobs"]["j1"]["bound_if"] == 7 and state["jobs"]["j1"]["delays"] == 2
     assert state["machine"] == {"load": 5, "idle": 0, "queue": 2, "queue_work": 5}

@@ -15,12 +15,7 @@ from worker.features.row import row_features
 from worker.train import trm
 from worker.train.callbacks import TrainerCallbacks
 
-MAP = ["#.~#.~..",
-       "...#.~.#",
-       "..a#....",
-       ".###....",
-       "...A....",
-       "...#...."]  # fmt: skip
+MAP = ["#.~#.~..", "...#.~.#", "..a#....", ".###....", "...A....", "...#...."]
 
 
 def test_a_candidate_names_a_direction_in_compass_or_screen_words() -> None:
@@ -49,8 +44,13 @@ def test_each_move_reads_the_cell_it_enters_in_its_own_frame() -> None:
 
 
 def test_a_list_of_moves_is_walked_on_the_grid_with_directions_its_items_key() -> None:
-    arrives = {"map": MAP, "pos": [4, 1], "goal": [6, 3], "plan": ["e", "s", "s", "e"],
-               "tags": {"e": "move:east", "s": "move:south"}}  # fmt: skip
+    arrives = {
+        "map": MAP,
+        "pos": [4, 1],
+        "goal": [6, 3],
+        "plan": ["e", "s", "s", "e"],
+        "tags": {"e": "move:east", "s": "move:south"},
+    }
     blocked = {**arrives, "plan": ["s", "s", "s", "w"], "tags": {"s": "move:south", "w": "left"}}
     a = row_features(json.dumps(arrives), ["accept", "reject"])[0]
     b = row_features(json.dumps(blocked), ["accept", "reject"])[0]
@@ -78,8 +78,12 @@ def coin_row(rng: random.Random, world: int) -> dict[str, Any]:
     tools = [f"move:{m}" for m in moves]
     rng.shuffle(tools)
     state = {"map": ["".join(row) for row in cells], "pos": [x, y]}
-    return {"state": json.dumps(state), "tools": tools, "action": f"move:{right}",
-            "env": f"w{world}"}  # fmt: skip
+    return {
+        "state": json.dumps(state),
+        "tools": tools,
+        "action": f"move:{right}",
+        "env": f"w{world}",
+    }
 
 
 def test_a_choice_decided_only_by_the_cell_a_move_enters_is_learned(tmp_path: Path) -> None:

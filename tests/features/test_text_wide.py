@@ -21,10 +21,32 @@ from worker.models.trm import load_trm
 from worker.train import trm
 from worker.train.callbacks import TrainerCallbacks
 
-TINY = {"hidden": 32, "n_recursions": 1, "cycles": 1, "supervision_steps": 1, "batch_size": 16,
-        "lr": 1e-2, "epochs": 20, "patience": 20}  # fmt: skip
-FILLER = ["please", "could", "you", "help", "me", "with", "my", "request", "today", "about",
-          "thing", "we", "discussed", "soon"]  # fmt: skip
+TINY = {
+    "hidden": 32,
+    "n_recursions": 1,
+    "cycles": 1,
+    "supervision_steps": 1,
+    "batch_size": 16,
+    "lr": 1e-2,
+    "epochs": 20,
+    "patience": 20,
+}
+FILLER = [
+    "please",
+    "could",
+    "you",
+    "help",
+    "me",
+    "with",
+    "my",
+    "request",
+    "today",
+    "about",
+    "thing",
+    "we",
+    "discussed",
+    "soon",
+]
 WORLDS = 4
 
 
@@ -32,8 +54,10 @@ def keywords(world: int) -> tuple[list[str], list[str]]:
     """Each world's own words for hard and easy work: a word one world alone uses is below the
     feature space's floors (half the train worlds), so only the linear part reads it."""
     rng = random.Random(f"words-{world}")
-    drawn = ["".join(rng.choice("bcdfghklmnprstvz") + rng.choice("aeiou") for _ in range(4))
-             for _ in range(6)]  # fmt: skip
+    drawn = [
+        "".join(rng.choice("bcdfghklmnprstvz") + rng.choice("aeiou") for _ in range(4))
+        for _ in range(6)
+    ]
     return drawn[:3], drawn[3:]
 
 
@@ -42,8 +66,12 @@ def prompt_row(rng: random.Random, world: int) -> dict[str, Any]:
     hard_words, easy_words = keywords(world)
     words = rng.sample(FILLER, rng.randint(3, 8)) + [rng.choice(hard_words if hard else easy_words)]
     rng.shuffle(words)
-    return {"state": json.dumps({"request": " ".join(words)}), "tools": ["a", "b"],
-            "action": "b" if hard else "a", "meta": {"env": f"w{world}"}}  # fmt: skip
+    return {
+        "state": json.dumps({"request": " ".join(words)}),
+        "tools": ["a", "b"],
+        "action": "b" if hard else "a",
+        "meta": {"env": f"w{world}"},
+    }
 
 
 def write(root: Path, split: str, rows: list[dict[str, Any]]) -> None:
@@ -87,8 +115,10 @@ def test_the_numpy_forward_and_the_service_decide_as_the_torch_model_with_the_te
     net = NumpyTrm.load(out / "model.safetensors", out / "config.json")
     assert net.wide_buckets > 0
     space = policy.space
-    blocks = [scaled_matrix(raw_matrix(space.index, s, t), space._mean, space._scale)
-              for s, t in zip(states, tools, strict=True)]  # fmt: skip
+    blocks = [
+        scaled_matrix(raw_matrix(space.index, s, t), space._mean, space._scale)
+        for s, t in zip(states, tools, strict=True)
+    ]
     x, mask = pad(blocks, space.width)
     terms = [wide_terms(s, t, net.wide_buckets) for s, t in zip(states, tools, strict=True)]
     numpy_scores = net.infer(x, mask, net.wide_logits(terms, mask.shape[1]))
@@ -97,12 +127,13 @@ def test_the_numpy_forward_and_the_service_decide_as_the_torch_model_with_the_te
     assert not np.allclose(net.infer(x, mask), torch_scores, atol=1e-3)
     controller = load_controller(out, "trm")
     decided = controller.decide([DecideRow(s, list(t)) for s, t in zip(states, tools, strict=True)])
-    assert [d.action for d in decided] == [t[int(np.argmax(s))] for t, s in
-                                           zip(tools, torch_scores, strict=True)]  # fmt: skip
+    assert [d.action for d in decided] == [
+        t[int(np.argmax(s))] for t, s in zip(tools, torch_scores, strict=True)
+    ]
     # An exported controller (numpy and the standard library only) answers the same.
     export_controller(out, "trm", tmp_path / "export")
-    exported = run_exported(tmp_path / "export", [DecideRow(s, list(t)) for s, t in
-                                                  zip(states, tools, strict=True)])  # fmt: skip
+    exported = run_exported(
+        tmp_path / "export", [DecideRow(s, list(t)) for s, t in zip(states, tools, strict=True)]
+    )
     assert [d.action for d in exported] == [d.action for d in decided]
-    np.testing.assert_allclose([d.scores for d in exported], [d.scores for d in decided],
-                               atol=1e-5)  # fmt: skip
+    np.testing.assert_allclose([d.scores for d in exported], [d.scores for d in decided], atol=1e-5)

@@ -35,8 +35,16 @@ from worker.envs import generate
 # ruff: noqa: F811 (the imported model_cache fixture is named as an argument)
 
 ANCHOR = "route-s0-w3"
-TRAINING = {"max_steps": 3, "micro_batch": 4, "grad_accum": 1, "lr": 2e-3, "max_seq_len": 160,
-            "eval_every": 3, "checkpoint_every": 3, "eval_rows": 8}  # fmt: skip
+TRAINING = {
+    "max_steps": 3,
+    "micro_batch": 4,
+    "grad_accum": 1,
+    "lr": 2e-3,
+    "max_seq_len": 160,
+    "eval_every": 3,
+    "checkpoint_every": 3,
+    "eval_rows": 8,
+}
 STATE_FIELDS = ["observation.request.prompt_text", "observation.budget_left"]
 PROMPT_TOKENS = 96  # the last tokens of the first train row's prompt, for the logits kept
 

@@ -75,8 +75,11 @@ class Model:
             if self.net.wide_buckets:  # the linear text part reads the row's hashed terms
                 from worker.features.wide import wide_terms
 
-                rows = zip(states[first : first + BATCH_ROWS], tools[first : first + BATCH_ROWS],
-                           strict=True)  # fmt: skip
+                rows = zip(
+                    states[first : first + BATCH_ROWS],
+                    tools[first : first + BATCH_ROWS],
+                    strict=True,
+                )
                 terms = [wide_terms(s, list(t), self.net.wide_buckets) for s, t in rows]
                 wide = self.net.wide_logits(terms, mask.shape[1])
             final = self.net.infer(x, mask, wide)

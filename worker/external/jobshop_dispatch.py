@@ -129,9 +129,10 @@ class Shop:
         t = min(est.values())
         window = min(est[j] + instance.jobs[j][self.next[j]].duration for j in jobs) - t
         queued = [
-            j for j, k in enumerate(self.next)
+            j
+            for j, k in enumerate(self.next)
             if k < len(instance.jobs[j]) and instance.jobs[j][k].machine == machine
-        ]  # fmt: skip
+        ]
         job_bound = [r + w for r, w in zip(self.ready, self.work_left, strict=True)]
         machine_bound = [f + w for f, w in zip(self.free, self.load, strict=True)]
         entries: dict[str, Any] = {}
@@ -173,9 +174,14 @@ class Shop:
         }
 
     def _bound_if(
-        self, job: int, end: int, machine: int, queued: list[int],
-        job_bound: list[int], machine_bound: list[int],
-    ) -> int:  # fmt: skip
+        self,
+        job: int,
+        end: int,
+        machine: int,
+        queued: list[int],
+        job_bound: list[int],
+        machine_bound: list[int],
+    ) -> int:
         """The makespan's lower bound once `job` is dispatched to end at `end`: every job's
         ready time + work left (the jobs queued on the machine wait for it to get free), every
         machine's free time + work left."""

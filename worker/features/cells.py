@@ -48,11 +48,15 @@ OUT = "out"  # the symbol past a grid's edge
 MOVE_RADIUS = 1  # cells read around the cell a move enters
 # Words naming a direction in a candidate's id, as (columns, rows) a move goes.
 DIRECTIONS = {
-    "north": (0, -1), "up": (0, -1),
-    "south": (0, 1), "down": (0, 1),
-    "east": (1, 0), "right": (1, 0),
-    "west": (-1, 0), "left": (-1, 0),
-}  # fmt: skip
+    "north": (0, -1),
+    "up": (0, -1),
+    "south": (0, 1),
+    "down": (0, 1),
+    "east": (1, 0),
+    "right": (1, 0),
+    "west": (-1, 0),
+    "left": (-1, 0),
+}
 _LETTERS = re.compile(r"[a-z]+")
 
 

@@ -274,9 +274,12 @@ def _train(
         # The linear text part, fitted before the network (worker/train/trm_wide.py): the
         # train rows carry its out-of-fold logits, val and later rows its own.
         weights, data.wide_override = trm_wide.fit_with_out_of_fold(
-            data.terms, [int(t) for t in data.target],
-            [str(r.get("env") or "") for r in rows], float(cfg["wide"]), buckets,
-        )  # fmt: skip
+            data.terms,
+            [int(t) for t in data.target],
+            [str(r.get("env") or "") for r in rows],
+            float(cfg["wide"]),
+            buckets,
+        )
         with torch.no_grad():
             model.wide.copy_(torch.from_numpy(weights).to(device))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.01)
