@@ -131,10 +131,13 @@ def test_budget_stops_the_run_completed_by_budget(service: Service, settings: Se
     run = service.submit(loop_spec(500, 0.02, budget={"max_seconds": 4}))
     done = service.wait_status(run["id"], "completed", "failed", timeout=30)
     assert done["status"] == "completed" and done["stopped_by"] == "budget"
-    summary = read_json(settings.runs_dir / run["id"] / "summary.json")
-    assert 0 <= summary["budget_overshoot_s"] < 1.0
     loop = read_json(settings.runs_dir / run["id"] / "loop" / "manifest.json")
-    assert 0 < loop["counters"]["steps_run"] < 500
+    # The work stops at the deadline, within one step: no more 0.02 s steps than fit in 4 s.
+    assert 0 < loop["counters"]["steps_run"] <= 4 / 0.02 + 1
+    # The overshoot also counts the stage child's exit and the run's closing writes, which a
+    # loaded machine stretches past a second; it stays far under the 6 s the loop had left.
+    summary = read_json(settings.runs_dir / run["id"] / "summary.json")
+    assert 0 <= summary["budget_overshoot_s"] < 3.0
 
 
 def test_dry_run_train_writes_resolved_config_and_planned_manifests(
