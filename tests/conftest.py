@@ -179,6 +179,25 @@ def service(env: dict[str, str], migrated: Settings, tmp_path: Path) -> Iterator
     svc.stop()
 
 
+@contextlib.contextmanager
+def module_service(database: str, root: Path, workers: int = 0) -> Iterator[Service]:
+    """A service on a fresh `database` under `root` with an API and `workers` workers (ready
+    when /readyz counts them); stopped, and its database and Redis keys dropped, after."""
+    scratch = Scratch(root, create_database(database, root))
+    scratch.migrate()
+    svc = Service({**scratch.env, **QUICK}, root / "logs")
+    try:
+        svc.start_api()
+        for _ in range(workers):
+            svc.start_worker()
+        if workers:
+            svc.wait_ready(workers)
+        yield svc
+    finally:
+        svc.stop()
+        scratch.drop()
+
+
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def shared_service(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -187,14 +206,21 @@ def shared_service(
     runs they submit themselves, or none: an API start per test cost more than most of these
     tests. A test that counts every run (a listing, the metrics) or starts a worker takes a
     `service` of its own."""
-    root = tmp_path_factory.mktemp(f"shared-{request.param}")
-    scratch = Scratch(root, create_database(request.param, root))
-    scratch.migrate()
-    svc = Service({**scratch.env, **QUICK}, root / "logs")
-    svc.start_api()
-    yield svc
-    svc.stop()
-    scratch.drop()
+    with module_service(request.param, tmp_path_factory.mktemp(f"shared-{request.param}")) as svc:
+        yield svc
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def working_service(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Service]:
+    """`shared_service` with one worker: for a module's tests that each run their own runs to
+    their end and look only at those (an API and a worker start, ~2 s of CPU, cost more than
+    many such runs). A test that needs a run to stay queued, names or kills its workers, or
+    counts every run takes a `service` of its own."""
+    root = tmp_path_factory.mktemp(f"working-{request.param}")
+    with module_service(request.param, root, workers=1) as svc:
+        yield svc
 
 
 class TcpProxy:

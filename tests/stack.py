@@ -87,6 +87,22 @@ def drop_database(url: str) -> None:
         _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def forget_namespace(redis_url: str, namespace: str) -> None:
+    """Delete every Redis key of a service's namespace (its queues, jobs, heartbeats, event
+    channels), as a Redis restarted empty would, without touching other services' keys. Best
+    effort: a test may have taken Redis down."""
+    import redis
+
+    with contextlib.suppress(redis.RedisError):
+        client = redis.Redis.from_url(redis_url, socket_timeout=5)
+        try:
+            keys = list(client.scan_iter(match=f"*{namespace}*", count=1000))
+            for i in range(0, len(keys), 1000):
+                client.delete(*keys[i : i + 1000])
+        finally:
+            client.close()
+
+
 class Scratch:
     """A fresh world for one service around its database: a Redis namespace of its own and the
     runs, data and model-cache folders under `root`. `env` is what every process of the service
@@ -124,16 +140,7 @@ class Scratch:
     def forget(self) -> None:
         """Delete every Redis key of the namespace (best effort: a test may have taken Redis
         down)."""
-        import redis
-
-        with contextlib.suppress(redis.RedisError):
-            client = redis.Redis.from_url(self.redis_url, socket_timeout=5)
-            try:
-                keys = list(client.scan_iter(match=f"*{self.namespace}*", count=1000))
-                for i in range(0, len(keys), 1000):
-                    client.delete(*keys[i : i + 1000])
-            finally:
-                client.close()
+        forget_namespace(self.redis_url, self.namespace)
 
     def drop(self) -> None:
         self.forget()

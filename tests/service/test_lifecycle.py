@@ -1,5 +1,9 @@
 """Runs through real workers: submit → running → completed; cancel; kill -9 and resume; Redis
-losing its queue; failures; budgets; dry runs. On SQLite and on Postgres."""
+losing its queue; failures; budgets; dry runs. On SQLite and on Postgres.
+
+The tests that run one run of their own to its end share a service per database (an API and a
+worker, `working_service`); those that keep a run queued, or name, kill or stop their workers,
+start a `service` of their own."""
 
 from __future__ import annotations
 
@@ -11,10 +15,11 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import redis
+import pytest
 
 from core.settings import Settings
-from tests.conftest import REDIS_URL, Service, wait_for
+from tests.conftest import Service, wait_for
+from tests.stack import forget_namespace
 
 
 def loop_spec(steps: int, step_seconds: float, **extra: object) -> dict[str, object]:
@@ -29,10 +34,14 @@ def read_json(path: Path) -> dict:  # type: ignore[type-arg]
     return json.loads(path.read_text())  # type: ignore[no-any-return]
 
 
-def test_run_completes_with_real_manifests_and_summary(
-    service: Service, settings: Settings
-) -> None:
-    service.start_worker()
+@pytest.fixture
+def shared(working_service: Service) -> tuple[Service, Settings]:
+    """The module's service on one database, with its worker, and the settings it runs with."""
+    return working_service, working_service.settings
+
+
+def test_run_completes_with_real_manifests_and_summary(shared: tuple[Service, Settings]) -> None:
+    service, settings = shared
     run = service.submit(loop_spec(12, 0.02))
     done = service.wait_status(run["id"], "completed", "failed")
     assert done["status"] == "completed", done
@@ -65,8 +74,8 @@ def test_run_completes_with_real_manifests_and_summary(
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
 
 
-def test_cancel_stops_a_running_loop_within_5s(service: Service, settings: Settings) -> None:
-    service.start_worker()
+def test_cancel_stops_a_running_loop_within_5s(shared: tuple[Service, Settings]) -> None:
+    service, settings = shared
     run = service.submit(loop_spec(400, 0.05))
     wait_for(lambda: step_of(service, run["id"]) >= 3, timeout=30, what="the loop to run")
     asked = time.monotonic()
@@ -103,16 +112,15 @@ def test_killed_worker_is_resumed_by_another_as_attempt_2(
 
 def test_queued_run_lost_by_redis_is_enqueued_again(service: Service) -> None:
     run = service.submit(loop_spec(3, 0.01))
-    redis.Redis.from_url(REDIS_URL).flushdb()  # Redis restarted empty: the job is gone
+    # Redis restarted empty: every key of this service (its queue and the job) is gone.
+    forget_namespace(service.env["TRM_REDIS_URL"], service.env["TRM_REDIS_NAMESPACE"])
     service.start_worker()
     done = service.wait_status(run["id"], "completed", "failed", timeout=30)
     assert done["status"] == "completed"
 
 
-def test_a_failing_stage_fails_the_run_with_its_reason(
-    service: Service, settings: Settings
-) -> None:
-    service.start_worker()
+def test_a_failing_stage_fails_the_run_with_its_reason(shared: tuple[Service, Settings]) -> None:
+    service, settings = shared
     run = service.submit(loop_spec(10, 0.01, fail_at_step=4))
     done = service.wait_status(run["id"], "completed", "failed")
     assert done["status"] == "failed"
@@ -125,8 +133,8 @@ def test_a_failing_stage_fails_the_run_with_its_reason(
     assert summary["status"] == "failed" and summary["failure_class"] == "internal"
 
 
-def test_budget_stops_the_run_completed_by_budget(service: Service, settings: Settings) -> None:
-    service.start_worker()
+def test_budget_stops_the_run_completed_by_budget(shared: tuple[Service, Settings]) -> None:
+    service, settings = shared
     # 4 s of a 10 s loop: a busy machine may take a second or two to start the stage's child.
     run = service.submit(loop_spec(500, 0.02, budget={"max_seconds": 4}))
     done = service.wait_status(run["id"], "completed", "failed", timeout=30)
@@ -141,14 +149,14 @@ def test_budget_stops_the_run_completed_by_budget(service: Service, settings: Se
 
 
 def test_dry_run_train_writes_resolved_config_and_planned_manifests(
-    service: Service, settings: Settings
+    shared: tuple[Service, Settings],
 ) -> None:
+    service, settings = shared
     data = settings.data_dir / "logs"
     data.mkdir(parents=True)
     rows = [{"state": {"x": i}, "tools": ["a", "b"], "action": "ab"[i % 2]} for i in range(6)]
     lines = [json.dumps(r) for r in rows] + ["not json", json.dumps(rows[0])]
     (data / "rows.jsonl").write_text("\n".join(lines) + "\n")
-    service.start_worker()
     spec = {
         "kind": "train",
         "dry_run": True,
@@ -179,7 +187,8 @@ def test_dry_run_train_writes_resolved_config_and_planned_manifests(
     assert not (settings.runs_dir / run["id"] / "corpus" / "train.jsonl").exists()
 
 
-def test_api_refuses_data_paths_outside_the_data_dir(service: Service) -> None:
+def test_api_refuses_data_paths_outside_the_data_dir(shared: tuple[Service, Settings]) -> None:
+    service, _ = shared
     spec = {
         "kind": "train",
         "dry_run": True,
@@ -208,13 +217,13 @@ def test_worker_shutdown_hands_the_run_to_the_next_worker(
 
 
 def test_workers_and_their_stage_children_run_at_the_worker_priority(
-    service: Service, settings: Settings
+    shared: tuple[Service, Settings],
 ) -> None:
     """TRM_WORKER_NICE (default 10): on a shared host, queued work takes the CPU the API leaves."""
     import psutil
 
-    api = psutil.Process(service.procs[0].pid)
-    worker = psutil.Process(service.start_worker().pid)
+    service, settings = shared
+    api, worker = (psutil.Process(proc.pid) for proc in service.procs[:2])  # as started
     run = service.submit(loop_spec(400, 0.05))
     service.wait_status(run["id"], "running")
     wait_for(lambda: bool(worker.children(recursive=True)), 30, "the loop stage's child")
@@ -225,3 +234,6 @@ def test_workers_and_their_stage_children_run_at_the_worker_priority(
         worker.children(recursive=True)
     )
     assert service.http.post(f"/runs/{run['id']}/cancel").status_code == 202
+    assert service.wait_status(run["id"], "cancelled", "completed", "failed")["status"] == (
+        "cancelled"
+    )  # the worker is free again for the module's next test
