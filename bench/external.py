@@ -3,7 +3,7 @@ communities score them.
 
     .venv/bin/python bench/external.py [--sets routellm,bfcl,jobshop] [--seeds 0,1,2]
         [--methods baselines,gbdt,trm,trm-1step] [--data NAME=PATH ...] [--train-rows N]
-        [--text-encoder tokens|smollm2]
+        [--text-encoder tokens|smollm2] [--folds 0,1]
         [--work DIR] [--keep] [--json FILE]
 
 Each data set is a bench registered in `worker.external.BENCHES`; this script runs the ones asked
@@ -104,6 +104,11 @@ def main() -> int:
         "--text-encoder", choices=("tokens", "smollm2"),
         help="the trm's and gbdt's text_encoder, for the benches that take it (routellm)",
     )  # fmt: skip
+    parser.add_argument(
+        "--folds",
+        help="the folds whose anchors are scored, for the benches that deal folds (bfcl: of "
+        "0-4; default all): a quicker, partial figure over those folds' rows only",
+    )
     parser.add_argument("--work", type=Path, help="where corpora and models go (default: temp)")
     parser.add_argument("--keep", action="store_true", help="keep --work's contents afterwards")
     parser.add_argument("--json", type=Path, help="also write the rows and targets as JSON")
@@ -131,6 +136,8 @@ def main() -> int:
                 bench.train_rows = args.train_rows or None
             if args.text_encoder is not None and hasattr(bench, "text_encoder"):
                 bench.text_encoder = args.text_encoder
+            if args.folds is not None and hasattr(bench, "folds"):
+                bench.folds = [int(k) for k in args.folds.split(",")]
             (work / name).mkdir(parents=True, exist_ok=True)
             try:
                 found = bench.run(work / name, paths.get(name), methods, seeds, log)
@@ -149,8 +156,8 @@ def main() -> int:
     print(f"{header()}\n")
     print(table(rows))
     print()
-    for name, why in skipped.items():
-        print(f"SKIP  {name}: {why}")
+    for name, reason in skipped.items():
+        print(f"SKIP  {name}: {reason}")
     for what, met, seen in targets:
         print(f"{'PASS' if met else 'MISS'}  {what}: {seen}")
     if args.json:

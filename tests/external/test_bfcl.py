@@ -124,6 +124,16 @@ def test_the_folds_never_share_a_function_set_and_score_every_row_once(tmp_path:
     assert any("." in t for f in folds for tools in f.tools for t in tools)
 
 
+def test_a_fold_selection_builds_and_scores_only_those_folds(tmp_path: Path) -> None:
+    folder = small_copy(tmp_path / "data", 25)
+    every = build_folds(folder, tmp_path / "all", CATEGORIES, lambda _: None)
+    some = build_folds(folder, tmp_path / "some", CATEGORIES, lambda _: None, [1, 3])
+    assert [f.ids for f in some] == [every[1].ids, every[3].ids]
+    assert sorted(p.name for p in (tmp_path / "some").iterdir()) == ["corpus-fold1", "corpus-fold3"]
+    with pytest.raises(ValueError, match=r"folds \[5\]: the folds are 0-4"):
+        build_folds(folder, tmp_path / "bad", CATEGORIES, lambda _: None, [5])
+
+
 def test_the_lexical_pick_reproduces_its_published_figures() -> None:
     assert DATA is not None
     for category, expected in (("multiple", 0.940), ("live_multiple", 0.727)):
