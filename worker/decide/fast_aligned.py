@@ -54,6 +54,10 @@ class Reader(Protocol):
     def number_columns(self) -> Mapping[str, tuple[int | None, ...]]: ...
     @property
     def matches(self) -> bool: ...
+    @property
+    def crossed(self) -> Mapping[str, Mapping[str, int]]: ...
+    @property
+    def word_names(self) -> Mapping[str, Mapping[str, tuple[str, int | None, bool]]]: ...
     def put(self, features: dict[str, float], f: dict[int, float]) -> None: ...
 
 
@@ -94,6 +98,7 @@ class Aligned:
     names: tuple[list[frozenset[str]], dict[str, float], list[float]]
     segments: list[frozenset[str]]
     compared: Compared
+    id_ranks: tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def aligned_of(
@@ -183,7 +188,31 @@ def aligned_of(
     return Aligned(
         leaves, roots, columns, placed, owns, sets, strings, numbers_of, matchers,
         (own_names, name_weight, totals), segments, compared_of(enc, owns),
+        id_ranks(enc, numbered),
     )  # fmt: skip
+
+
+def id_ranks(enc: Reader, numbered: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`ids.id_number_ranks` of the candidates' ids (the state's names spelled out): the kept
+    ones as (candidates, columns, values)."""
+    later: list[Features] = [{} for _ in numbered]
+    ids.id_number_ranks(numbered, later)
+    at: list[int] = []
+    columns: list[int] = []
+    values: list[float] = []
+    get = enc.index.get
+    for i, features in enumerate(later):
+        for feature, value in features.items():
+            j = get(feature)
+            if j is not None:
+                at.append(i)
+                columns.append(j)
+                values.append(value)
+    return (
+        np.array(at, dtype=np.intp),
+        np.array(columns, dtype=np.intp),
+        np.array(values, dtype=np.float64),
+    )
 
 
 @dataclass(frozen=True)
@@ -341,49 +370,92 @@ def place_leaves(
 
 def values_key(parsed: dict[str, Any], keys: tuple[str, ...]) -> tuple[Any, ...]:
     """A flat state's values at `keys`, hashable and typed (`true` is not `1`, `1` not `1.0`:
-    what the general code reads of them may differ)."""
-    out: list[Any] = []
-    for key in keys:
-        value = parsed[key]
-        if type(value) is list:
-            out.append(tuple((type(x), x) for x in value))
-        else:
-            out.append((type(value), value))
-    return tuple(out)
+    what the general code reads of them may differ): their types, then the values (a list as
+    its items and their types)."""
+    values = [parsed[key] for key in keys]
+    types = tuple(map(type, values))
+    if list in types:
+        values = [
+            (tuple(v), tuple(map(type, v))) if t is list else v
+            for v, t in zip(values, types, strict=True)
+        ]
+    return types, tuple(values)
 
 
 def match_ranks(
     enc: Reader,
     matches: list[Features],
-    into: tuple[list[int], list[int], list[float]],
+    width: int,
+    into: tuple[list[int], list[float]],
 ) -> None:
     """`aligned.ranks` of the text matches (`R:`, `HI:`, `LO:` of each among the candidates that
-    have it), only where the space keeps the column: (candidate, column, value) into `into`."""
-    at, columns, values = into
-    by_key: dict[str, list[float]] = {}
-    for mine in matches:
+    have it), only where the space keeps the column: (candidate * width + column, value) into
+    `into`."""
+    flat, values = into
+    by_key: dict[str, list[tuple[int, float]]] = {}
+    for i, mine in enumerate(matches):
         for key, value in mine.items():
-            by_key.setdefault(key, []).append(value)
-    for key, column in by_key.items():
-        kept = enc.ranked.get(key)
+            found = by_key.get(key)
+            if found is None:
+                by_key[key] = [(i, value)]
+            else:
+                found.append((i, value))
+    ranked = enc.ranked
+    for key, got in by_key.items():
+        kept = ranked.get(key)
         if kept is None:
-            if len(enc.ranked) >= RANKED:
-                enc.ranked.clear()
-            kept = enc.ranked[key] = tuple(enc.index.get(name(k, key)) for k in ("R", "HI", "LO"))
+            if len(ranked) >= RANKED:
+                ranked.clear()
+            kept = ranked[key] = tuple(enc.index.get(name(k, key)) for k in ("R", "HI", "LO"))
         r, hi, lo = kept
         if r is None and hi is None and lo is None:
             continue
+        column = [v for _, v in got]
         top, bottom, count = max(column), min(column), len(column)
-        for i, mine in enumerate(matches):
-            found = mine.get(key)
-            if found is None:
-                continue
-            for j, rank in (
-                (r, sum(v < found for v in column) / count),
-                (hi, found - top),
-                (lo, found - bottom),
-            ):
-                if j is not None:
-                    at.append(i)
-                    columns.append(j)
-                    values.append(rank)
+        for i, found_value in got:
+            base = i * width
+            if r is not None:
+                flat.append(base + r)
+                values.append(sum(v < found_value for v in column) / count)
+            if hi is not None:
+                flat.append(base + hi)
+                values.append(found_value - top)
+            if lo is not None:
+                flat.append(base + lo)
+                values.append(found_value - bottom)
+
+
+def text_columns(
+    enc: Reader, readings: dict[str, tx.Reading]
+) -> tuple[dict[int, float], dict[str, float]]:
+    """`text.context_features` of the context texts (`W:`, `TS:`: the same for every candidate):
+    the kept ones by column, and the `W:` ones a candidate may cross (`context.crossed`: no
+    space in the name) by name, read only where the space crosses any."""
+    shared_cols: dict[int, float] = {}
+    # The crossable ones (`context.crossed`: `W:`/`WIN:` names without a space) by name.
+    crossable: dict[str, float] = {}
+    for tpath, reading in readings.items():
+        if not enc.crossed:  # nothing reads them by name: their columns directly
+            for kind, read in (("W", reading.counts), ("TS", reading.stats)):
+                wanted = enc.pairs[kind].get(tpath)
+                if wanted:
+                    for key, value in read.items():
+                        if (j := wanted.get(key)) is not None:
+                            shared_cols[j] = float(value)
+            continue
+        words = enc.word_names.get(tpath)
+        if words:
+            for word, count in reading.counts.items():
+                found = words.get(word)
+                if found is not None:
+                    feature, j, cross = found
+                    if j is not None:
+                        shared_cols[j] = float(count)
+                    if cross:
+                        crossable[feature] = float(count)
+        stats = enc.pairs["TS"].get(tpath)  # `TS:` names are never crossed
+        if stats:
+            for stat, value in reading.stats.items():
+                if (j := stats.get(stat)) is not None:
+                    shared_cols[j] = value
+    return shared_cols, crossable
