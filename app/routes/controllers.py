@@ -8,6 +8,7 @@ import logging
 from typing import Annotated
 
 import httpx
+import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 from sqlmodel import Session
@@ -162,9 +163,13 @@ async def decide(
     payload = {"controller": name, **body.model_dump(mode="json")}
     # The decision process asks for the same token as the API.
     token = request.headers.get("authorization")
-    headers = {"authorization": token} if token and app.settings.api_token else {}
+    headers = {"content-type": "application/json"}
+    if token and app.settings.api_token:
+        headers["authorization"] = token
     try:
-        answer = await app.decide.post("/decide", json=payload, headers=headers)
+        # The body as orjson writes it: the same JSON as httpx's `json=`, in a fraction of the
+        # time (a routerBench row's 1.3k-character state is most of it).
+        answer = await app.decide.post("/decide", content=orjson.dumps(payload), headers=headers)
     except httpx.TransportError as exc:
         raise ApiError(
             503, "unavailable",

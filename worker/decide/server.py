@@ -37,7 +37,6 @@ import asyncio
 import contextlib
 import hmac
 import importlib
-import json
 import logging
 import threading
 import time
@@ -47,12 +46,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
+import orjson
 import sqlalchemy as sa
 from pydantic import ValidationError
 from sqlmodel import Session
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from core.controllers import (
@@ -81,6 +81,7 @@ from worker.decide.controller import (
     load_controller,
 )
 from worker.decide.dispatch import Answered, Call, Dispatcher
+from worker.decide.state_walk import parse_json
 
 log = logging.getLogger("trm.decide")
 POLL_S = 0.5  # how often the live versions are read to load a moved one ahead of its first call
@@ -338,14 +339,16 @@ async def _body(request: Request, limit: int) -> DecideIn:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, "payload_too_large", f"request body is over {limit} bytes")
-    raw = b""
+    chunks: list[bytes] = []
+    size = 0
     async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > limit:
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
             raise ApiError(413, "payload_too_large", f"request body is over {limit} bytes")
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        body = parse_json(b"".join(chunks))  # `json.loads`' value, by orjson
+    except (ValueError, RecursionError):  # json's JSONDecodeError and UnicodeDecodeError too
         raise ApiError(400, "bad_json", "body is not valid UTF-8 JSON") from None
     refuse_unstorable(body)  # a NUL in a row reached the decision log's insert: a 500
     try:
@@ -354,7 +357,7 @@ async def _body(request: Request, limit: int) -> DecideIn:
         raise validation_error(list(exc.errors()), body=body) from None
 
 
-async def decide(request: Request) -> JSONResponse:
+async def decide(request: Request) -> Response:
     service: DecideService = request.app.state.decide
     if not _token_ok(service.settings, request):
         raise ApiError(401, "unauthorized", "missing or wrong token: send `Authorization: Bearer`")
@@ -404,7 +407,8 @@ async def decide(request: Request) -> JSONResponse:
     }
     if controller.note:  # a qlora: it decides, and says it is slow
         out["note"] = controller.note
-    return JSONResponse(out)
+    # orjson's text: the same JSON as `JSONResponse`'s (compact, UTF-8), in a tenth the time.
+    return Response(orjson.dumps(out), media_type="application/json")
 
 
 async def healthz(request: Request) -> JSONResponse:
