@@ -2,7 +2,8 @@
 nothing into a run; the lease holder writes only outputs of the run's current stage, never the
 service's own files, within a size bound and the run directory's quota; /readyz reports free
 disk; a full database disk answers 507 naming it. Real API (uvicorn), real database, real
-worker where a worker is the point."""
+worker where a worker is the point. The tests that claim runs of their own the way a worker does
+(tests/claims.py) share an API per database (`shared_service`)."""
 
 from __future__ import annotations
 
@@ -90,8 +91,9 @@ def test_a_token_holder_without_the_upload_key_is_refused_on_queued_running_and_
 
 
 def test_an_earlier_attempts_worker_is_fenced_out_by_the_new_claim(
-    service: Service, settings: Settings
+    shared_service: Service,
 ) -> None:
+    service, settings = shared_service, shared_service.settings
     run_id = queued_run(settings)
     first = claim(settings, run_id, "prepare")
     assert put(service, run_id, "prepare/plan.json", b"{}", first).status_code == 201
@@ -122,8 +124,9 @@ NOT_THE_HOLDERS = [
 
 
 def test_the_lease_holder_cannot_replace_the_services_own_files(
-    service: Service, settings: Settings
+    shared_service: Service,
 ) -> None:
+    service, settings = shared_service, shared_service.settings
     for path, status, error in NOT_THE_HOLDERS:
         run_id = queued_run(settings)
         credential = claim(settings, run_id, "prepare")
@@ -168,8 +171,9 @@ def read_answer(sock: socket.socket) -> tuple[int, dict[str, Any]]:
 
 
 def test_only_outputs_of_the_current_stage_are_taken(
-    service: Service, settings: Settings, route_corpus: Path
+    shared_service: Service, route_corpus: Path
 ) -> None:
+    service, settings = shared_service, shared_service.settings
     data = settings.data_dir / "route"
     data.mkdir(parents=True)
     for name in ("train.jsonl", "val.jsonl"):
@@ -197,8 +201,9 @@ def test_only_outputs_of_the_current_stage_are_taken(
 
 
 def test_over_long_paths_and_paths_through_files_are_client_errors(
-    service: Service, settings: Settings
+    shared_service: Service,
 ) -> None:
+    service, settings = shared_service, shared_service.settings
     run_id = queued_run(settings)
     credential = claim(settings, run_id, "loop")
     long_part = put(service, run_id, f"loop/{'a' * 300}", b"x", credential)
