@@ -133,9 +133,9 @@ def _plan(state: Any) -> tuple[list[str], dict[str, Any], str | None] | None:
     found = _find_plan(state)
     if found is None:
         return None
-    holder, plan_key, tags_key = found
-    steps = [str(holder[tags_key][name]) for name in holder[plan_key]]
-    rest = {k: v for k, v in holder.items() if k not in (plan_key, tags_key)}
+    holder, plan_key, tags, spent = found
+    steps = [str(tags[name]) for name in holder[plan_key]]
+    rest = {k: v for k, v in holder.items() if k != plan_key and k not in spent}
     best: tuple[int, dict[str, Any], str] | None = None
     for scope, key, items in _object_lists(rest):
         gap = abs(len(items) - len(steps))
@@ -146,8 +146,10 @@ def _plan(state: Any) -> tuple[list[str], dict[str, Any], str | None] | None:
     return steps, best[1], best[2]
 
 
-def _find_plan(node: Any) -> tuple[dict[str, Any], str, str] | None:
-    """(the dict holding a plan, the plan's key, the key of the dict spelling its names)."""
+def _find_plan(node: Any) -> tuple[dict[str, Any], str, dict[str, Any], set[str]] | None:
+    """(the dict holding a plan, the plan's key, the names' spellings, the keys that hold
+    them): a dict beside the plan, or that dict flattened to dotted keys beside it (`tags.a`,
+    `tags.b` for `["a", "b"]`, as a `minimal` state that `context.nested` left flat has it)."""
     if not isinstance(node, dict):
         return None
     for key, value in node.items():
@@ -158,10 +160,38 @@ def _find_plan(node: Any) -> tuple[dict[str, Any], str, str] | None:
                     and all(isinstance(t, str) for t in tags.values())
                     and all(v in tags for v in value)
                 ):
-                    return node, str(key), str(tags_key)
+                    return node, str(key), tags, {str(tags_key)}
+            flat = _flat_tags(node, str(key), value)
+            if flat is not None:
+                prefix, spelled = flat
+                return node, str(key), spelled, {f"{prefix}.{n}" for n in spelled}
     for value in node.values():
         if (found := _find_plan(value)) is not None:
             return found
+    return None
+
+
+def _flat_tags(
+    node: dict[str, Any], plan_key: str, plan: list[str]
+) -> tuple[str, dict[str, Any]] | None:
+    """(the prefix, each name's spelling) where dotted keys of `node` with one prefix, beside
+    the plan's key (`state.tags` by `state.proposal`), spell every name of the plan
+    (`state.tags.T1.cpu2` for `T1.cpu2`) and hold strings alone, as the dict they were
+    flattened from would; else None."""
+    parent = plan_key.rpartition(".")[0]
+    first = "." + plan[0]
+    for key in node:
+        text = str(key)
+        if not text.endswith(first) or not isinstance(node[key], str):
+            continue
+        prefix = text[: -len(first)]
+        if not prefix or prefix == plan_key or prefix.rpartition(".")[0] != parent:
+            continue
+        under = prefix + "."
+        spelled = {n: node.get(under + n) for n in plan}
+        held = [v for k, v in node.items() if str(k).startswith(under)]
+        if all(isinstance(v, str) for v in (*spelled.values(), *held)):
+            return prefix, spelled
     return None
 
 
