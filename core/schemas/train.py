@@ -126,6 +126,12 @@ class TrmTrainerConfig(StrictModel):
         "each, `auc` (per row, the share of the labelled candidate's wrong instances in other "
         "rows it outscores: for two candidates the ROC AUC; ties: the lower loss) or `loss`.",
     )
+    select_after_warmup: bool = Field(
+        default=True,
+        description="Val selection starts once the averaged weights are mostly past the "
+        "learning-rate warmup (warmup + 50 batches); the epochs before are trained, never kept. "
+        "false: every epoch is a candidate.",
+    )
     text_encoder: TextEncoder = Field(
         default="tokens",
         description="How long context texts are read: `tokens`, as words; `smollm2`, also by "

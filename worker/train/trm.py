@@ -52,6 +52,7 @@ from worker.train.memory import Rss, peak_vram, reset_peak_vram
 DEFAULTS: dict[str, Any] = {**TrmTrainerConfig().model_dump(), "seed": 0}
 EMA_WEIGHTS = "ema.safetensors"  # in a trm checkpoint: the running average of the weights
 EMA_DECAY = 0.98  # per batch: the average spans about two epochs of a few hundred rows
+EMA_SPAN = 50  # batches the average mostly spans (1 / (1 - EMA_DECAY))
 # Keys that may change between attempts without invalidating a checkpoint (the OOM retry).
 RESUMABLE_CHANGES = ("batch_size", "grad_accum", "checkpoint_every")
 
@@ -323,6 +324,9 @@ def _train(
         path = checkpoints.save(out_dir, at, write, optimizer, None, extra)
         callbacks.on_checkpoint(at, path)
 
+    # Val selection waits until the averaged weights are mostly past the warmup: val worlds
+    # unlike the anchors would otherwise keep a barely trained model (the constant answer).
+    first_kept = max(1, total // 20) + EMA_SPAN if cfg["select_after_warmup"] else 0
     reset_peak_vram()
     rss = Rss()
     rows_done = candidates_done = 0
@@ -357,7 +361,7 @@ def _train(
         )
         epoch_end = step % steps_per_epoch == 0 or step == total
         since = 0
-        if epoch_end:
+        if epoch_end and (step >= first_kept or step == total):
             since = _select(
                 model, ema, val, sup, device, best, epoch, callbacks, step, cfg["select_by"]
             )
