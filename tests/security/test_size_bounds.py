@@ -14,7 +14,20 @@ import pytest
 from core.settings import Settings
 from tests.conftest import Service
 
-pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+pytestmark = pytest.mark.parametrize("working_service", ["sqlite"], indirect=True)
+
+
+@pytest.fixture
+def service(working_service: Service) -> Service:
+    """Every test here submits runs of its own and looks only at those: one API and one worker
+    for all (`working_service`)."""
+    return working_service
+
+
+@pytest.fixture
+def settings(working_service: Service) -> Settings:
+    return working_service.settings
+
 
 CORPUS = {"sources": [{"type": "jsonl", "name": "w", "path": "wide"}], "split": {"by": "row"}}
 
@@ -26,7 +39,7 @@ def train(trm: dict[str, Any], **more: Any) -> dict[str, Any]:
 def write_wide_corpus(settings: Settings) -> None:
     """3000 distinct rows of 40 candidates each: a router over 40 options, a plausible corpus."""
     folder = settings.data_dir / "wide"
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)  # the same rows for every test that asks
     tools = [f"opt{k}" for k in range(40)]
     with open(folder / "rows.jsonl", "w") as fh:
         for i in range(3000):
@@ -78,7 +91,6 @@ def test_a_run_too_large_for_memory_is_refused_before_training(
     row one micro-batch's activations are ~100 GiB: refused with the estimate, not attempted
     (before, the allocation failed and the run was retried and failed as `oom`)."""
     write_wide_corpus(settings)
-    service.start_worker()
     run = service.submit(train({"hidden": 1024, "n_recursions": 16, "batch_size": 4096}))
     done = service.wait_status(run["id"], "completed", "failed", timeout=240)
     assert (done["status"], done["failure_class"]) == ("failed", "bad_input"), done
@@ -96,7 +108,6 @@ def test_epochs_times_rows_over_max_steps_is_refused_with_the_figure(
     """epochs 1000 is within its bound; at batch 1 on 2400 train rows it is 2.4 million steps,
     over TRM_MAX_STEPS (a million): `bad_input` naming the knobs and the count, at once."""
     write_wide_corpus(settings)
-    service.start_worker()
     run = service.submit(train({"epochs": 1000, "batch_size": 1, "hidden": 8}))
     done = service.wait_status(run["id"], "completed", "failed", timeout=240)
     assert (done["status"], done["failure_class"]) == ("failed", "bad_input"), done
@@ -115,7 +126,6 @@ def test_a_demo_sized_run_trains_and_notes_its_estimate(
     for name in ("train.jsonl", "val.jsonl"):
         (data / name).write_text((route_corpus / name).read_text())
     corpus = {"sources": [{"type": "jsonl", "name": "r", "path": "route"}]}
-    service.start_worker()
     spec = {"kind": "train", "trm": {"hidden": 16, "max_steps": 3}, "corpus": corpus}
     dry = service.submit({**spec, "dry_run": True})
     real = service.submit(spec)
