@@ -14,8 +14,9 @@ from worker.models.policy import argmax
 from worker.train import gbdt, trm
 from worker.train.callbacks import TrainerCallbacks
 
+# 5 epochs: the trm learned both tests' decisions (val and held out 1.0) in the first.
 TINY = {"hidden": 32, "n_recursions": 1, "cycles": 1, "supervision_steps": 1, "batch_size": 16,
-        "lr": 1e-2, "epochs": 30, "patience": 30}  # fmt: skip
+        "lr": 1e-2, "epochs": 5, "patience": 5}  # fmt: skip
 FILLER = ["please", "could", "you", "help", "me", "with", "my", "request", "today", "about",
           "the", "thing", "we", "discussed"]  # fmt: skip
 HARD = ["prove", "theorem", "derive", "optimize", "refactor", "integral"]
