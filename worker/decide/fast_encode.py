@@ -46,6 +46,7 @@ from worker.decide.fast_aligned import (
     match_ranks,
     number_columns,
     place_leaves,
+    put_flat,
     text_columns,
     values_key,
 )
@@ -78,15 +79,6 @@ TOOLS_CACHE = 1024  # candidate lists whose names and pieces are kept
 LAYOUTS = 1024  # layouts (JSON keys and candidates) kept
 ALIGNED = 4096  # aligned parts' contents kept, over all layouts (then all are let go)
 Pairs = dict[str, dict[str, int]]
-
-
-def put_flat(out: np.ndarray, flat: list[int], values: list[float]) -> None:
-    """`out[i, j] = value` for each flat index `i * width + j` of a row's block."""
-    if out.flags.c_contiguous:
-        out.reshape(-1)[flat] = values
-    else:  # pragma: no cover - raw() hands each row a contiguous block
-        at, columns = np.divmod(np.asarray(flat, dtype=np.intp), out.shape[1])
-        out[at, columns] = values
 
 
 class FastEncoder:
@@ -416,7 +408,10 @@ class FastEncoder:
         common.update(shared_cols)
         common.update(self._columns(shapes))
         if common:
-            out[:, list(common)] = list(common.values())
+            n_common = len(common)
+            out[:, np.fromiter(common, dtype=np.intp, count=n_common)] = np.fromiter(
+                common.values(), dtype=np.float64, count=n_common
+            )
         fixed_at, fixed_columns, fixed_values = part.fixed
         out[fixed_at, fixed_columns] = fixed_values
         if flat:
