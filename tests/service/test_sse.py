@@ -1,4 +1,7 @@
-"""SSE over a real uvicorn: replay, live follow, reconnect with Last-Event-ID, keep-alive, end."""
+"""SSE over a real uvicorn: replay, live follow, reconnect with Last-Event-ID, keep-alive, end.
+
+The tests whose runs never meet a worker share an API per database (`shared_service`); those
+that follow a run a worker runs start a `service` of their own."""
 
 from __future__ import annotations
 
@@ -84,7 +87,8 @@ def test_many_followers_agree_with_the_database(service: Service, settings: Sett
     assert all(ids == expected for ids in results)
 
 
-def test_stream_of_an_ended_run_replays_then_ends(service: Service, settings: Settings) -> None:
+def test_stream_of_an_ended_run_replays_then_ends(shared_service: Service) -> None:
+    service = shared_service  # no worker: the run is cancelled while queued
     run = service.submit({"kind": "selftest", "steps": 2})
     service.http.post(f"/runs/{run['id']}/cancel")
     events, _ = read_stream(service, run["id"], None)
@@ -93,7 +97,8 @@ def test_stream_of_an_ended_run_replays_then_ends(service: Service, settings: Se
     assert after_end == []
 
 
-def test_quiet_stream_sends_keep_alive_comments(service: Service) -> None:
+def test_quiet_stream_sends_keep_alive_comments(shared_service: Service) -> None:
+    service = shared_service
     run = service.submit({"kind": "selftest", "steps": 2})  # no worker: nothing happens
     comments: list[str] = []
 
@@ -121,7 +126,8 @@ def read_stream_until(service: Service, run_id: str, seconds: float) -> tuple[li
     return [], comments
 
 
-def test_after_query_parameter_replays_from_that_id(service: Service, settings: Settings) -> None:
+def test_after_query_parameter_replays_from_that_id(shared_service: Service) -> None:
+    service, settings = shared_service, shared_service.settings  # no worker
     run = service.submit({"kind": "selftest", "steps": 2})
     service.http.post(f"/runs/{run['id']}/cancel")
     wait_for(lambda: len(stored_ids(settings, run["id"])) >= 2, timeout=5, what="two events")
