@@ -50,18 +50,23 @@ def playwright() -> Iterator[Any]:
         yield pw
 
 
-@pytest.fixture
-def page(playwright: Any, tmp_path: Path) -> Iterator[Any]:
-    """A fresh Chromium profile per test; console errors are kept for the assertion message."""
-    context = playwright.chromium.launch_persistent_context(
-        str(tmp_path / "chromium-profile"),
-        executable_path=CHROMIUM,
-        headless=True,
-        args=CHROMIUM_ARGS,
-        viewport={"width": 1400, "height": 1000},
+@pytest.fixture(scope="session")
+def browser(playwright: Any) -> Iterator[Any]:
+    """One Chromium for the session's pages (a start is seconds of CPU on the test cores)."""
+    chromium = playwright.chromium.launch(
+        executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
     )
+    yield chromium
+    chromium.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A fresh browser context per test (its own cookies, storage and cache, as a new profile);
+    console errors are kept for the assertion message."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
     context.set_default_timeout(15_000)
-    tab = context.pages[0] if context.pages else context.new_page()
+    tab = context.new_page()
     tab.errors = []
     tab.on("pageerror", lambda exc: tab.errors.append(str(exc)))
     yield tab

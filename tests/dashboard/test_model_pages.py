@@ -18,7 +18,18 @@ from core.settings import Settings
 from tests.conftest import Service
 from tests.dashboard.conftest import screenshot
 
-pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+pytestmark = pytest.mark.parametrize("shared_service", ["sqlite"], indirect=True)
+
+
+@pytest.fixture
+def service(shared_service: Service) -> Service:
+    """Every test here opens the page of a run it inserted itself: one API for all."""
+    return shared_service
+
+
+@pytest.fixture
+def settings(shared_service: Service) -> Settings:
+    return shared_service.settings
 
 
 def insert_run(settings: Settings, kind: str, spec: dict[str, Any], files: dict[str, Any]) -> str:

@@ -16,7 +16,19 @@ from core.models import Run, Stage, utcnow
 from core.settings import Settings
 from tests.conftest import Service
 
-pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+pytestmark = pytest.mark.parametrize("shared_service", ["sqlite"], indirect=True)
+
+
+@pytest.fixture
+def service(shared_service: Service) -> Service:
+    """Every test here opens the pages of runs it inserted itself: one API for all."""
+    return shared_service
+
+
+@pytest.fixture
+def settings(shared_service: Service) -> Settings:
+    return shared_service.settings
+
 
 LONG_NAME = "routerbench-" + "x" * 188  # 200 characters, no place to break
 LONG_ARTIFACT = "eval/" + "predictions_" * 16 + "y" * 3 + ".jsonl"  # 200 characters
@@ -141,7 +153,9 @@ def test_a_search_with_one_finished_candidate_is_text_not_a_plot(
         conn.exec_driver_sql(
             "DELETE FROM ledger_entries WHERE search_id = ? AND candidate_id != 'c1'", (search_id,)
         )
-        conn.exec_driver_sql("UPDATE ledger_entries SET reason = ?", (LONG_ERROR,))
+        conn.exec_driver_sql(
+            "UPDATE ledger_entries SET reason = ? WHERE search_id = ?", (LONG_ERROR, search_id)
+        )
     engine.dispose()
     page.set_viewport_size({"width": 390, "height": 900})
     page.goto(f"{service.url}/#/runs/{search_id}")
