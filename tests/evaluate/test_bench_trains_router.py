@@ -1,12 +1,14 @@
 """routerBench with no router named trains one: the skill's published `routerbench-spec.json`
 (`router_model: ""`) through `POST /runs?format=skill`, `POST /benches/routerbench?dry_run=true`
-and `trm bench routerbench` without `--router`, over the real API and worker."""
+and `trm bench routerbench` without `--router`, over the real API and worker (one API and one
+worker on SQLite for the module: each test looks only at the runs and controllers it made)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -14,21 +16,26 @@ from sqlmodel import Session
 
 from core.db import make_engine
 from core.models import Run, utcnow
-from core.settings import Settings
-from tests.conftest import ROOT, Service
+from tests.conftest import ROOT, Service, module_service
 from tests.service.test_import_spec_upstream import bench_spec
+from tests.stack import settings_of
 
-SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 # The published file's one mutation: the size of the router it trains.
 MUTATION = {"batch_size": 4, "epochs": 1, "lr": 0.0002}
 # Scored on fewer rollouts and train rows than the bench's defaults, to stay quick.
 QUICK = {"num_examples": 2, "train_sample": 50}
 
 
-@SQLITE_ONLY
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    with module_service("sqlite", tmp_path_factory.mktemp("bench-trains"), workers=1) as svc:
+        yield svc
+
+
 def test_published_routerbench_spec_trains_a_router_and_scores_it_beside_the_references(
-    service: Service, settings: Settings
+    service: Service,
 ) -> None:
+    settings = settings_of(service.env)
     published = {**bench_spec("routerbench"), **QUICK}
     queued = service.http.post("/runs", params={"format": "skill"}, json=published)
     assert queued.status_code == 202, queued.text
@@ -36,7 +43,6 @@ def test_published_routerbench_spec_trains_a_router_and_scores_it_beside_the_ref
     assert run["translated_spec"]["router"] == "train"
     assert run["translated_spec"]["router_train"] == MUTATION
     assert any("max_examples ignored" in w for w in run["warnings"]), run["warnings"]
-    service.start_worker()
     done = service.wait_status(run["id"], "completed", "failed", timeout=150)
     assert done["status"] == "completed", done.get("failure_reason")
     assert [s["name"] for s in done["stages"]] == ["resolve", "train_router", "evaluate"]
@@ -70,11 +76,10 @@ def test_published_routerbench_spec_trains_a_router_and_scores_it_beside_the_ref
     assert decided.json()["decisions"][0]["action"] in row["tools"]
 
 
-@SQLITE_ONLY
 def test_a_bench_that_scored_a_named_router_is_not_promoted_and_says_which_to_promote(
-    service: Service, settings: Settings
+    service: Service,
 ) -> None:
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings_of(service.env).database_url)
     with Session(engine) as db:
         spec = {"kind": "bench", "bench": "routerbench", "router": "01J00000000000000000000000"}
         bench = Run(kind="bench", status="completed", queue="gpu", spec=spec,
@@ -83,14 +88,13 @@ def test_a_bench_that_scored_a_named_router_is_not_promoted_and_says_which_to_pr
         db.commit()
         bench_id = str(bench.id)
     engine.dispose()
-    answer = service.http.post("/controllers", json={"name": "benched", "run_id": bench_id})
+    answer = service.http.post("/controllers", json={"name": "named", "run_id": bench_id})
     assert answer.status_code == 409, answer.text
     message = answer.json()["error"]["message"]
     assert "trained no router of its own" in message and "01J00000000000000000000000" in message
-    assert service.http.get("/controllers/benched").status_code == 404
+    assert service.http.get("/controllers/named").status_code == 404
 
 
-@SQLITE_ONLY
 def test_bench_without_a_router_plans_training_one_on_the_api_and_the_cli(
     service: Service,
 ) -> None:
@@ -116,7 +120,6 @@ def test_bench_without_a_router_plans_training_one_on_the_api_and_the_cli(
         "/runs", params={"format": "skill"}, json={**bench_spec("routerbench"), "dry_run": True}
     )
     assert skill_dry.status_code == 202, skill_dry.text
-    service.start_worker()
     for run_id in (response.json()["id"], skill_dry.json()["id"]):
         done = service.wait_status(run_id, "completed", "failed", timeout=60)
         assert done["status"] == "completed", done.get("failure_reason")
