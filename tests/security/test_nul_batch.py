@@ -68,8 +68,9 @@ UNSTORABLE = [
 ]
 
 
-@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
-def test_unstorable_values_get_a_422_naming_the_field(service: Service) -> None:
+@pytest.mark.parametrize("shared_service", ["postgres"], indirect=True)
+def test_unstorable_values_get_a_422_naming_the_field(shared_service: Service) -> None:
+    service = shared_service  # nothing is recorded: one API for this test and the next
     for raw, field in UNSTORABLE:
         answer = service.http.post(
             "/runs", content=raw, headers={"Content-Type": "application/json"}
@@ -78,8 +79,9 @@ def test_unstorable_values_get_a_422_naming_the_field(service: Service) -> None:
         assert answer.json()["error"]["details"][0]["field"] == field, (raw, answer.text)
 
 
-@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
-def test_nul_in_a_query_or_path_parameter_gets_a_422_not_a_500(service: Service) -> None:
+@pytest.mark.parametrize("shared_service", ["postgres"], indirect=True)
+def test_nul_in_a_query_or_path_parameter_gets_a_422_not_a_500(shared_service: Service) -> None:
+    service = shared_service
     for path, params in [("/runs", {"kind": "a\x00"}), ("/runs/a%00b", {})]:
         answer = service.http.get(path, params=params)
         assert answer.status_code == 422, (path, answer.text)
