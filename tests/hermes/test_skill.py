@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import QUICK as QUICK_TIMERS
 from tests.conftest import ROOT, Service
-from tests.stack import create_database, drop_database
+from tests.stack import Scratch, create_database
 
 SKILL = ROOT / "skills" / "trm-trainer" / "SKILL.md"
 TOKEN = "skill-s3cret"
@@ -74,21 +75,22 @@ def test_every_command_stands_alone() -> None:
             assert "--idempotency-key" in command and "sha256sum" in command, command
 
 
-@pytest.fixture
-def database_url(tmp_path: Path) -> Iterator[str]:
-    url = create_database("sqlite", tmp_path)
-    yield url
-    drop_database(url)
-
-
-@pytest.fixture
-def guarded(env: dict[str, str], migrated: Any, tmp_path: Path) -> Iterator[Service]:
-    svc = Service({**env, "TRM_API_TOKEN": TOKEN}, tmp_path / "logs")
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """An API that asks for TOKEN and one worker, on SQLite, shared by the module's tests: each
+    looks only at the runs it started (a bench, a hill-climb)."""
+    root = tmp_path_factory.mktemp("skill")
+    scratch = Scratch(root, create_database("sqlite", root))
+    scratch.migrate()
+    svc = Service({**scratch.env, **QUICK_TIMERS, "TRM_API_TOKEN": TOKEN}, root / "logs")
     svc.http.headers["Authorization"] = f"Bearer {TOKEN}"
-    svc.start_api()
-    svc.start_worker()
-    yield svc
-    svc.stop()
+    try:
+        svc.start_api()
+        svc.start_worker()
+        yield svc
+    finally:
+        svc.stop()
+        scratch.drop()
 
 
 def fresh_shell(
