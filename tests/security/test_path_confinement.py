@@ -14,7 +14,20 @@ import pytest
 from core.settings import Settings
 from tests.conftest import Service
 
-pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+pytestmark = pytest.mark.parametrize("working_service", ["sqlite"], indirect=True)
+
+
+@pytest.fixture
+def service(working_service: Service) -> Service:
+    """Each test here writes files of its own names and looks only at its own answers and
+    runs: one API and one worker for all (`working_service`)."""
+    return working_service
+
+
+@pytest.fixture
+def settings(working_service: Service) -> Settings:
+    return working_service.settings
+
 
 SECRET = "s3cr3t-value-42"
 
@@ -109,7 +122,6 @@ def test_a_symlink_in_a_folder_source_pointing_outside_yields_no_rows_and_is_rep
         "corpus": {"sources": [{"type": "jsonl", "name": "r", "path": "route"}]},
     }
     run = service.submit(spec)
-    service.start_worker()
     done = service.wait_status(run["id"], "completed", "failed", timeout=180)
     assert done["status"] == "completed", done.get("failure_reason")
     for name in ("train.jsonl", "val.jsonl", "anchor.jsonl", "critic.jsonl"):
