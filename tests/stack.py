@@ -43,11 +43,16 @@ def wait_for(
     interval: float = 0.1,
     detail: Callable[[], str] | None = None,
 ) -> None:
+    """Poll `predicate` until it holds: every `interval` at first, then less often (up to
+    0.4 s apart), since each poll of a run costs the API and this process CPU that the suite's
+    other processes are waiting for."""
     deadline = time.monotonic() + timeout
+    pause = interval
     while time.monotonic() < deadline:
         if predicate():
             return
-        time.sleep(interval)
+        time.sleep(pause)
+        pause = min(max(interval, 0.4), pause * 1.3)
     extra = f" ({detail()})" if detail else ""
     raise AssertionError(f"timed out after {timeout}s waiting for {what}{extra}")
 
