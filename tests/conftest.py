@@ -180,12 +180,17 @@ def service(env: dict[str, str], migrated: Settings, tmp_path: Path) -> Iterator
 
 
 @contextlib.contextmanager
-def module_service(database: str, root: Path, workers: int = 0) -> Iterator[Service]:
+def module_service(
+    database: str, root: Path, workers: int = 0, env: dict[str, str] | None = None
+) -> Iterator[Service]:
     """A service on a fresh `database` under `root` with an API and `workers` workers (ready
-    when /readyz counts them); stopped, and its database and Redis keys dropped, after."""
+    when /readyz counts them), its processes given `env` too; stopped, and its database and
+    Redis keys dropped, after. With TRM_API_TOKEN in `env`, its client sends the token."""
     scratch = Scratch(root, create_database(database, root))
     scratch.migrate()
-    svc = Service({**scratch.env, **QUICK}, root / "logs")
+    svc = Service({**scratch.env, **QUICK, **(env or {})}, root / "logs")
+    if env and "TRM_API_TOKEN" in env:
+        svc.http.headers["Authorization"] = f"Bearer {env['TRM_API_TOKEN']}"
     try:
         svc.start_api()
         for _ in range(workers):

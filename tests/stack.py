@@ -231,9 +231,12 @@ class Stack:
             return False
 
     def ready(self, workers: int = 0) -> bool:
-        """/readyz: the database and Redis answer, and `workers` workers are heartbeating."""
+        """/readyz: the database and Redis answer, and `workers` workers are heartbeating (asked
+        with the API's token when it wants one)."""
+        token = self.env.get("TRM_API_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
-            response = httpx.get(f"{self.url}/readyz", timeout=5)
+            response = httpx.get(f"{self.url}/readyz", headers=headers, timeout=5)
         except httpx.TransportError:
             return False
         alive = response.json()["checks"]["workers"]["alive"] if response.status_code == 200 else 0

@@ -18,26 +18,16 @@ import pytest
 
 from core.schemas.corpus import bfcl_data_folder
 from core.settings import Settings
-from tests.conftest import QUICK, Service
+from tests.conftest import Service, module_service
 from tests.external.test_routellm import checkout
-from tests.stack import Scratch, create_database
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     """One service (an API and a worker, on SQLite) for the module: each test benches on a data
     folder of its own, and a start of the API and worker per test cost more than a bench."""
-    root = tmp_path_factory.mktemp("external-benches")
-    scratch = Scratch(root, create_database("sqlite", root))
-    scratch.migrate()
-    svc = Service({**scratch.env, **QUICK}, root / "logs")
-    try:
-        svc.start_api()
-        svc.start_worker()
+    with module_service("sqlite", tmp_path_factory.mktemp("external-benches"), workers=1) as svc:
         yield svc
-    finally:
-        svc.stop()
-        scratch.drop()
 
 
 @pytest.fixture

@@ -21,9 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import QUICK as QUICK_TIMERS
-from tests.conftest import ROOT, Service
-from tests.stack import Scratch, create_database
+from tests.conftest import ROOT, Service, module_service
 
 SKILL = ROOT / "skills" / "trm-trainer" / "SKILL.md"
 TOKEN = "skill-s3cret"
@@ -80,17 +78,8 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     """An API that asks for TOKEN and one worker, on SQLite, shared by the module's tests: each
     looks only at the runs it started (a bench, a hill-climb)."""
     root = tmp_path_factory.mktemp("skill")
-    scratch = Scratch(root, create_database("sqlite", root))
-    scratch.migrate()
-    svc = Service({**scratch.env, **QUICK_TIMERS, "TRM_API_TOKEN": TOKEN}, root / "logs")
-    svc.http.headers["Authorization"] = f"Bearer {TOKEN}"
-    try:
-        svc.start_api()
-        svc.start_worker()
+    with module_service("sqlite", root, workers=1, env={"TRM_API_TOKEN": TOKEN}) as svc:
         yield svc
-    finally:
-        svc.stop()
-        scratch.drop()
 
 
 def fresh_shell(
