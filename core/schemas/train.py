@@ -127,10 +127,10 @@ class TrmTrainerConfig(StrictModel):
         "rows it outscores: for two candidates the ROC AUC; ties: the lower loss) or `loss`.",
     )
     select_after_warmup: bool = Field(
-        default=True,
-        description="Val selection starts once the averaged weights are mostly past the "
+        default=False,
+        description="true: val selection starts once the averaged weights are mostly past the "
         "learning-rate warmup (warmup + 50 batches); the epochs before are trained, never kept. "
-        "false: every epoch is a candidate.",
+        "false (the default): every epoch is a candidate.",
     )
     text_encoder: TextEncoder = Field(
         default="tokens",
