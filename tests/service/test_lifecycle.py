@@ -11,8 +11,7 @@ import hashlib
 import json
 import os
 import signal
-import time
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -78,14 +77,17 @@ def test_cancel_stops_a_running_loop_within_5s(shared: tuple[Service, Settings])
     service, settings = shared
     run = service.submit(loop_spec(400, 0.05))
     wait_for(lambda: step_of(service, run["id"]) >= 3, timeout=30, what="the loop to run")
-    asked = time.monotonic()
+    asked = datetime.now(UTC)
     response = service.http.post(f"/runs/{run['id']}/cancel")
     assert response.status_code == 202
-    done = service.wait_status(run["id"], "cancelled", "completed", "failed", timeout=10)
-    took = time.monotonic() - asked
-    assert done["status"] == "cancelled" and took < 5.0, (done["status"], took)
+    done = service.wait_status(run["id"], "cancelled", "completed", "failed", timeout=30)
+    assert done["status"] == "cancelled"
     loop = read_json(settings.runs_dir / run["id"] / "loop" / "manifest.json")
     assert loop["status"] == "failed" and loop["error"]["class"] == "cancelled"
+    # The 5 s is the stage's: cancel asked to the loop stopped and recorded (the run's closing
+    # writes and this poll come after, and a loaded machine stretches those).
+    took = (datetime.fromisoformat(loop["completed_at"]) - asked).total_seconds()
+    assert took < 5.0, took
     checkpoint = read_json(settings.runs_dir / run["id"] / "loop" / "checkpoint.json")
     assert 3 <= checkpoint["step"] < 400
 
