@@ -52,7 +52,7 @@ from worker.train.memory import Rss, peak_vram, reset_peak_vram
 DEFAULTS: dict[str, Any] = {**TrmTrainerConfig().model_dump(), "seed": 0}
 EMA_WEIGHTS = "ema.safetensors"  # in a trm checkpoint: the running average of the weights
 EMA_DECAY = 0.98  # per batch: the average spans about two epochs of a few hundred rows
-EMA_SPAN = 50  # batches the average mostly spans (1 / (1 - EMA_DECAY))
+EMA_SPAN = round(1 / (1 - EMA_DECAY))  # batches the average mostly spans (50)
 # Keys that may change between attempts without invalidating a checkpoint (the OOM retry).
 RESUMABLE_CHANGES = ("batch_size", "grad_accum", "checkpoint_every")
 
@@ -299,8 +299,9 @@ def _train(
             best["state"] = load_file(resume / TRM_BEST, device=str(device))
     resumed_from = step if resume else None
 
+    warm = max(1, total // 20)  # batches of the learning rate's linear warmup
+
     def lr_at(s: int) -> float:  # linear warmup, cosine down to a tenth
-        warm = max(1, total // 20)
         if s < warm:
             return float(cfg["lr"]) * (s + 1) / warm
         return float(cfg["lr"]) * (
@@ -326,7 +327,7 @@ def _train(
 
     # Val selection waits until the averaged weights are mostly past the warmup: val worlds
     # unlike the anchors would otherwise keep a barely trained model (the constant answer).
-    first_kept = max(1, total // 20) + EMA_SPAN if cfg["select_after_warmup"] else 0
+    first_kept = warm + EMA_SPAN if cfg["select_after_warmup"] else 0
     reset_peak_vram()
     rss = Rss()
     rows_done = candidates_done = 0
