@@ -63,6 +63,7 @@ def test_request_bodies_are_read_as_json_reads_them() -> None:
         '{"same": 1, "same": 2.5, "unicode": "caf\\u00e9 \\u2603"}',
         '{"version": 18446744073709551616, "low": -9223372036854775809, "ok": 2}',
         '{"rows": [{"state": "{\\"n\\": 680182433110826156032}", "tools": ["a"]}]}',
+        '{"note": "caf\u00e9 \u2603 \u0661\u0662", "big": -98765432109876543210987}',
     ]
     for text in texts:
         want = json.dumps(json.loads(text), sort_keys=True)

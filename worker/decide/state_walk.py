@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +27,7 @@ def parse_json(text: str | bytes) -> Any:
     (`NaN`, a lone surrogate's escape, UTF-16 bytes) and where it holds a run of 19 digits or
     more (orjson reads an integer past 64 bits as a float, `json` as the integer), so the values
     are `json`'s. A text neither reads is `json`'s error (a ValueError)."""
-    long = (_LONG_BYTES if isinstance(text, bytes) else _LONG).search(text)  # type: ignore[arg-type]
-    if long is None:
+    if not has_long_run(text):
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
@@ -37,8 +35,18 @@ def parse_json(text: str | bytes) -> Any:
     return json.loads(text)
 
 
-_LONG = re.compile("[0-9]{19}")
-_LONG_BYTES = re.compile(b"[0-9]{19}")
+def has_long_run(text: str | bytes) -> bool:
+    """Whether `text` holds 19 ASCII digits in a row (`[0-9]{19}`). Its UTF-8 bytes (a lone
+    surrogate's too) with every digit made `0` and every other byte a space, searched for 19
+    `0`s: a seventh of the regular expression's time on a routerBench state (the expression
+    tries a match at every digit). A character past ASCII is bytes past ASCII in UTF-8, so the
+    runs are the text's own."""
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    return _RUN in data.translate(_DIGITS)
+
+
+_DIGITS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))  # a digit -> `0`, else ` `
+_RUN = b"0" * 19
 
 
 class ToolsInfo:
