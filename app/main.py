@@ -6,10 +6,11 @@ Refuses to start on an un-migrated database (the message names `trm db upgrade`)
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import anyio
 import anyio.to_thread
 import httpx
 from fastapi import Depends, FastAPI, Request
@@ -43,7 +44,11 @@ from core.queue import create_arq_pool
 from core.redisconn import sync_redis
 from core.schemas.specs import RUN_SPEC
 from core.settings import Settings, get_settings
-from trm_mcp.server import mounted
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup, TaskStatus
+
+    from trm_mcp.server import StreamableHttp
 
 log = logging.getLogger("trm.api")
 
@@ -121,6 +126,57 @@ class TokenGate:
         await self.app(scope, receive, send)
 
 
+class LazyMcp:
+    """/mcp's transport (trm_mcp.server), imported and started on the first call that gets past
+    the token: the MCP SDK costs each API process a few tenths of a second of CPU to import, and
+    most API processes never serve an MCP call. `lifespan()` must run around serving."""
+
+    def __init__(self, api_app: ASGIApp) -> None:
+        self.api_app = api_app
+        self.transport: StreamableHttp | None = None
+        self.group: TaskGroup | None = None
+        self.lock = anyio.Lock()
+        self.stop = anyio.Event()
+
+    @asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        self.stop = anyio.Event()
+        async with anyio.create_task_group() as group:
+            self.group = group
+            try:
+                yield
+            finally:
+                self.group, self.transport = None, None
+                self.stop.set()  # the transport's lifespan, when started, ends here
+
+    async def _serve(self, transport: StreamableHttp, *, task_status: TaskStatus[None]) -> None:
+        async with transport.lifespan():
+            task_status.started()
+            await self.stop.wait()
+
+    async def _started(self) -> StreamableHttp:
+        async with self.lock:
+            if self.transport is None:
+                if self.group is None:
+                    raise RuntimeError("/mcp is served only inside the app's lifespan")
+                # Imported off the event loop: the API's other requests go on meanwhile.
+                mounted = await anyio.to_thread.run_sync(_mcp_mounted)
+                transport = mounted(self.api_app)
+                await self.group.start(self._serve, transport)
+                self.transport = transport
+            return self.transport
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        transport = self.transport or await self._started()
+        await transport(scope, receive, send)
+
+
+def _mcp_mounted() -> Callable[[ASGIApp], StreamableHttp]:
+    from trm_mcp.server import mounted  # deferred to the first /mcp call (LazyMcp)
+
+    return mounted
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     engine = get_engine(settings)
@@ -170,7 +226,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router, dependencies=auth)
     app.include_router(health.router)
     # The MCP server (trm_mcp) calls this same API in-process, with the caller's token.
-    mcp_http = mounted(app)
+    mcp_http = LazyMcp(app)
     app.router.routes.append(Route("/mcp", TokenGate(mcp_http), include_in_schema=False))
 
     # The page loads without the token, then asks for it (every API call it makes needs it).
