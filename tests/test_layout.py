@@ -172,7 +172,11 @@ def test_no_module_is_over_500_lines() -> None:
     [
         ("app.main", ("torch", "transformers", "peft", "worker")),
         ("worker.main", ("torch", "transformers", "peft", "app")),
-        ("worker.kinds", ("torch", "transformers", "peft", "app")),
+        # Every kind's file, as the worker loads each the first time it runs one.
+        (
+            "worker.kinds.train, worker.kinds.bench, worker.kinds.hillclimb, worker.kinds.selftest",
+            ("torch", "transformers", "peft", "app"),
+        ),
     ],
 )
 def test_processes_load_only_their_floors(entry: str, refused: tuple[str, ...]) -> None:
@@ -187,3 +191,24 @@ def test_processes_load_only_their_floors(entry: str, refused: tuple[str, ...]) 
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", f"importing {entry} loaded {out.stdout.strip()}"
+
+
+def test_a_stage_process_loads_only_its_own_kind() -> None:
+    """`KINDS` names every kind file in worker/kinds/, each under its `KIND`'s name; a train
+    stage's child process imports the train kind's code only, not the bench's or the search's."""
+    from worker.kinds import KINDS
+
+    files = {p.stem for p in (ROOT / "worker" / "kinds").glob("*.py")} - {"__init__", "base"}
+    assert {name.removeprefix("worker.kinds.") for name in KINDS.modules.values()} == files
+    code = (
+        "import sys; from worker.kinds import KINDS; KINDS['train']; "
+        "print(sorted(m for m in sys.modules if m.startswith('worker.kinds.'))); "
+        "print(sorted(k.name for k in KINDS.values()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    loaded, names = out.stdout.splitlines()
+    assert loaded == "['worker.kinds.base', 'worker.kinds.train']"
+    assert names == str(sorted(KINDS))
