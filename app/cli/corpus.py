@@ -10,11 +10,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from core.schemas.corpus import CorpusSpec, DecisionLogSource
+if TYPE_CHECKING:
+    from core.schemas.corpus import CorpusSpec
 
 EXIT_BAD_INPUT = 2
 
@@ -70,6 +71,8 @@ def load_spec(path: Path) -> CorpusSpec:
     prefix: tuple[Any, ...] = ()
     if isinstance(data, dict) and data.get("kind") == "train" and "corpus" in data:
         data, prefix = data["corpus"], ("corpus",)
+    # The spec models load when a spec is read, not for every `trm` call.
+    from core.schemas.corpus import CorpusSpec, DecisionLogSource
     from core.translate.corpus import looks_like_skill_corpus_spec
 
     if looks_like_skill_corpus_spec(data):

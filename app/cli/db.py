@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from core.db import current_revision, get_engine, head_revision, upgrade
 from core.settings import get_settings
 
 
@@ -21,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
+    # SQLAlchemy loads for the db verbs only, not for every `trm` call.
+    from core.db import current_revision, get_engine, head_revision, upgrade
+
     settings = get_settings()
     upgrade(settings.database_url, args.revision)
     print(f"database at revision {current_revision(get_engine(settings))} (head {head_revision()})")
@@ -28,6 +30,8 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
 
 
 def cmd_current(_args: argparse.Namespace) -> int:
+    from core.db import current_revision, get_engine, head_revision  # as in cmd_upgrade
+
     current, head = current_revision(get_engine(get_settings())), head_revision()
     print(f"database: {current or 'no schema'}\ncode:     {head}")
     return 0 if current == head else 1

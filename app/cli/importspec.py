@@ -12,8 +12,6 @@ import json
 import sys
 from pathlib import Path
 
-from core.translate import detect, unknown_file_message, validation_errors
-
 EXIT_BAD_INPUT = 2
 
 
@@ -32,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle_import(args: argparse.Namespace) -> int:
+    # The translations and spec models load for this verb, not for every `trm` call.
+    from core.translate import detect, unknown_file_message, validation_errors
+
     path: Path = args.file
     try:
         data = json.loads(path.read_text())

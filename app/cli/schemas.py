@@ -6,8 +6,6 @@ import argparse
 import json
 from pathlib import Path
 
-from core.schemas.specs import RUN_SPEC, SPEC_MODELS
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("schemas", help="write the run specs' JSON Schemas")
@@ -26,6 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def schema_files() -> dict[str, str]:
+    from core.schemas.specs import RUN_SPEC, SPEC_MODELS  # for this verb, not every `trm` call
+
     files = {"run-spec.schema.json": RUN_SPEC.json_schema()}
     for kind, model in SPEC_MODELS.items():
         files[f"{kind}.schema.json"] = model.model_json_schema()

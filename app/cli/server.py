@@ -20,7 +20,6 @@ from typing import Any
 
 import psutil
 
-from core.db import NotMigratedError, check_migrated, get_engine, upgrade
 from core.settings import get_settings
 
 
@@ -78,6 +77,9 @@ def _logging() -> None:
 
 
 def _refuse_unmigrated() -> bool:
+    # SQLAlchemy only for the verbs that start a process on the database (the rest speak HTTP).
+    from core.db import NotMigratedError, check_migrated, get_engine
+
     try:
         check_migrated(get_engine(get_settings()))
     except NotMigratedError as exc:
@@ -226,6 +228,8 @@ class LocalStack:
                 sock.close()
 
     def start(self, quiet: bool = False) -> str:
+        from core.db import upgrade  # SQLAlchemy only when a stack starts
+
         note = self.pick_port()
         if note:
             print(f"trm: {note}", flush=True)
