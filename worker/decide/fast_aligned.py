@@ -4,7 +4,7 @@ parts' concrete roots, and the features that read nothing but the parts and the 
 (`pos`, `P:`, `N:`; an aligned number's `A:`, `R:`, `HI:`, `LO:`; a list's `LEN:`; a line of
 cells' `AT:`/`RUN:`), with what the row's context is then compared with (the numbers, sets and
 strings). The per-row rest (`COV:`, `IN:`, `EQ:`, `D:`, `GE:`, the context's own) is placed by
-`fast_encode.py` from these.
+`fast_encode.py` from these; the text matches by `fast_matches.py` from the bags.
 
 A flat state's parts are cached by their values (`Layout.aligned`): the route blocks of
 routerBench's rows repeat (535 anchor and val rows hold 17 distinct ones) while their requests
@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from worker.decide.fast_batch import Compared, Placed
 from worker.decide.state_walk import ToolsInfo, leaves_into
 from worker.features import aligned as al
 from worker.features import ids
@@ -29,7 +30,6 @@ from worker.features.cells import cells_at, is_cells
 from worker.features.kinds import Features, name
 
 Leaves = list[tuple[str, Any]]
-RANKED = 4096  # text match names whose rank columns are kept looked up
 
 
 class Reader(Protocol):
@@ -39,7 +39,7 @@ class Reader(Protocol):
     @property
     def index(self) -> Mapping[str, int]: ...
     @property
-    def ranked(self) -> dict[str, tuple[int | None, ...]]: ...
+    def width(self) -> int: ...
     @property
     def single(self) -> Mapping[str, Mapping[str, int]]: ...
     @property
@@ -56,20 +56,19 @@ class Reader(Protocol):
     def matches(self) -> bool: ...
     @property
     def crossed(self) -> Mapping[str, Mapping[str, int]]: ...
-    @property
-    def word_names(self) -> Mapping[str, Mapping[str, tuple[str, int | None, bool]]]: ...
     def put(self, features: dict[str, float], f: dict[int, float]) -> None: ...
 
 
 @dataclass(frozen=True)
 class Bags:
     """One aligned text path's bags over the candidates (`text.match_features`' `column`), with
-    what reads them alone: the words' weights, their union, and per candidate its weight sum and
-    the root of its squared weights (0 where its bag is empty)."""
+    what reads them alone: the words' weights and their squares, their union, and per candidate
+    its weight sum and the root of its squared weights (0 where its bag is empty)."""
 
     path: str
     column: list[frozenset[str]]
     weight: dict[str, float]
+    square: dict[str, float]
     union: frozenset[str]
     own: list[float]
     own_norm: list[float]
@@ -81,7 +80,7 @@ class Aligned:
     compared with the context, in the general encoder's order (`N:`, then each leaf's `A:` or
     cell runs); `sets` and `strings` its set and string leaves, for `COV:`/`IN:` and `EQ:`;
     `numbers` its id's numbers. `fixed` the features placed from the parts and the ids alone,
-    as (candidates, columns, values) for one assignment; `roots` the parts' concrete paths (the
+    as the cells of the row's block (`fast_batch.Placed`); `roots` the parts' concrete paths (the
     context leaves outside them); `columns` each aligned number's values over the candidates
     (for the ranks); `matchers` the bags of each aligned text path and `names` the candidates'
     name words with their weights and sums, for the text matches (`match_features`)."""
@@ -89,7 +88,7 @@ class Aligned:
     leaves: list[Leaves]
     roots: set[str]
     columns: dict[str, list[float]]
-    fixed: tuple[np.ndarray, np.ndarray, np.ndarray]
+    fixed: Placed
     own: list[list[tuple[str, float]]]
     sets: list[list[tuple[str, frozenset[str]]]]
     strings: list[list[tuple[str, str]]]
@@ -98,7 +97,7 @@ class Aligned:
     names: tuple[list[frozenset[str]], dict[str, float], list[float]]
     segments: list[frozenset[str]]
     compared: Compared
-    id_ranks: tuple[np.ndarray, np.ndarray, np.ndarray]
+    id_ranks: Placed
 
 
 def aligned_of(
@@ -161,13 +160,11 @@ def aligned_of(
         for apath in sorted({p for mine in bags for p in mine}):
             column = [mine.get(apath, frozenset()) for mine in bags]
             weight = tx._weights(column)
-            matchers.append(
-                Bags(
-                    apath, column, weight, frozenset().union(*column),
-                    [math.fsum(weight[w] for w in bag) for bag in column],
-                    [math.sqrt(math.fsum(weight[w] ** 2 for w in bag)) for bag in column],
-                )
-            )  # fmt: skip
+            square = {w: x**2 for w, x in weight.items()}
+            own_sums = [math.fsum(weight[w] for w in bag) for bag in column]
+            norms = [math.sqrt(math.fsum(weight[w] ** 2 for w in bag)) for bag in column]
+            union = frozenset().union(*column)
+            matchers.append(Bags(apath, column, weight, square, union, own_sums, norms))
         own_names = [tx.name_words(t) for t in info.tools]
         name_weight = tx._weights(own_names)
     totals = [math.fsum(name_weight[w] for w in bag) for bag in own_names]
@@ -183,18 +180,28 @@ def aligned_of(
         for mine in leaves
     ]
     at = [i for i, f in enumerate(fixed) for _ in f]
-    placed = (np.array(at, dtype=np.intp), np.array([j for f in fixed for j in f], dtype=np.intp),
-              np.array([v for f in fixed for v in f.values()], dtype=np.float64))  # fmt: skip
+    columns_of = [j for f in fixed for j in f]
+    placed = Placed.of(at, columns_of, [v for f in fixed for v in f.values()], enc.width)
     return Aligned(
-        leaves, roots, columns, placed, owns, sets, strings, numbers_of, matchers,
-        (own_names, name_weight, totals), segments, compared_of(enc, owns),
-        id_ranks(enc, numbered),
-    )  # fmt: skip
+        leaves=leaves,
+        roots=roots,
+        columns=columns,
+        fixed=placed,
+        own=owns,
+        sets=sets,
+        strings=strings,
+        numbers=numbers_of,
+        matchers=matchers,
+        names=(own_names, name_weight, totals),
+        segments=segments,
+        compared=compared_of(enc, owns),
+        id_ranks=id_ranks(enc, numbered),
+    )
 
 
-def id_ranks(enc: Reader, numbered: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def id_ranks(enc: Reader, numbered: list[str]) -> Placed:
     """`ids.id_number_ranks` of the candidates' ids (the state's names spelled out): the kept
-    ones as (candidates, columns, values)."""
+    ones' cells."""
     later: list[Features] = [{} for _ in numbered]
     ids.id_number_ranks(numbered, later)
     at: list[int] = []
@@ -208,44 +215,7 @@ def id_ranks(enc: Reader, numbered: list[str]) -> tuple[np.ndarray, np.ndarray, 
                 at.append(i)
                 columns.append(j)
                 values.append(value)
-    return (
-        np.array(at, dtype=np.intp),
-        np.array(columns, dtype=np.intp),
-        np.array(values, dtype=np.float64),
-    )
-
-
-@dataclass(frozen=True)
-class Compared:
-    """`aligned.compared` of the candidates' own numbers, as arrays over every (candidate,
-    column) it may set: `at`, `columns`, the candidate's `numbers`, `paths` the index in
-    `context` of the context path each is compared with, `ge` whether it is `GE:` (else `D:`).
-    In the general order, a (candidate, column) once at its last place (the last sets it)."""
-
-    at: np.ndarray
-    columns: np.ndarray
-    numbers: np.ndarray
-    paths: np.ndarray
-    ge: np.ndarray
-    context: tuple[str, ...]
-
-    def place(self, number_at: dict[str, float], skip: list[int], out: np.ndarray) -> None:
-        """Into `out`, against the row's context numbers (`number_at`: path -> its last
-        number); a column is set where the row has that path's number; candidates in `skip`
-        are left out (their own numbers are the row's)."""
-        if not len(self.at):
-            return
-        found = [number_at.get(p) for p in self.context]
-        if not skip and None not in found:  # every path has its number: every column is set
-            ctx = np.array(found, dtype=np.float64)[self.paths]
-            out[self.at, self.columns] = np.where(self.ge, self.numbers >= ctx, self.numbers - ctx)
-            return
-        have = np.array([c is not None for c in found])[self.paths]
-        if skip:
-            have &= ~np.isin(self.at, skip)
-        ctx = np.array([0.0 if c is None else c for c in found], dtype=np.float64)[self.paths]
-        values = np.where(self.ge, (self.numbers >= ctx).astype(np.float64), self.numbers - ctx)
-        out[self.at[have], self.columns[have]] = values[have]
+    return Placed.of(at, columns, values, enc.width)
 
 
 def compared_of(enc: Reader, owns: list[list[tuple[str, float]]]) -> Compared:
@@ -270,48 +240,6 @@ def compared_of(enc: Reader, owns: list[list[tuple[str, float]]]) -> Compared:
         np.array([g for _, _, g in last.values()], dtype=bool),
         context,
     )
-
-
-def match_features(part: Aligned, readings: dict[str, tx.Reading], n: int) -> list[Features]:
-    """`text.match_features` (`TO:`, `TC:`, `TCOS:`, `TN:` of each candidate) with what the bags
-    alone give taken from `part`, and what the context alone gives worked out once a context
-    text rather than once a candidate. Every sum is `math.fsum` as there (exact: its order does
-    not change it), so the values are the general code's."""
-    out: list[Features] = [{} for _ in range(n)]
-    texts = list(readings.items())[: tx.MAX_CONTEXT_TEXTS]
-    if not texts:
-        return out
-    for bags in part.matchers:
-        weight, apath = bags.weight, bags.path
-        for cpath, reading in texts:
-            context = reading.bag
-            anyone = bags.union & context
-            reachable = math.fsum(weight[w] for w in anyone)
-            reach_norm = math.sqrt(math.fsum(weight[w] ** 2 for w in anyone))
-            to, tc, tcos = (
-                name("TO", apath, cpath),
-                name("TC", apath, cpath),
-                name("TCOS", apath, cpath),
-            )
-            for f, bag, own, own_norm in zip(
-                out, bags.column, bags.own, bags.own_norm, strict=True
-            ):
-                if not bag:
-                    continue
-                shared = bag & context
-                hit = math.fsum(weight[w] for w in shared)
-                norm = own_norm * reach_norm
-                squares = math.fsum(weight[w] ** 2 for w in shared)
-                f[to] = hit / own if own > 0 else 0.0
-                f[tc] = hit / reachable if reachable > 0 else 0.0
-                f[tcos] = squares / norm if norm else 0.0
-    own_names, weight, totals = part.names
-    for cpath, reading in texts:
-        tn = name("TN", cpath)
-        for f, bag, total in zip(out, own_names, totals, strict=True):
-            if total > 0:
-                f[tn] = math.fsum(weight[w] for w in bag & reading.bag) / total
-    return out
 
 
 def number_columns(leaves: list[Leaves]) -> dict[str, list[float]]:
@@ -380,95 +308,3 @@ def values_key(parsed: dict[str, Any], keys: tuple[str, ...]) -> tuple[Any, ...]
             for v, t in zip(values, types, strict=True)
         ]
     return types, tuple(values)
-
-
-def match_ranks(
-    enc: Reader,
-    matches: list[Features],
-    width: int,
-    into: tuple[list[int], list[float]],
-) -> None:
-    """`aligned.ranks` of the text matches (`R:`, `HI:`, `LO:` of each among the candidates that
-    have it), only where the space keeps the column: (candidate * width + column, value) into
-    `into`."""
-    flat, values = into
-    by_key: dict[str, list[tuple[int, float]]] = {}
-    for i, mine in enumerate(matches):
-        for key, value in mine.items():
-            found = by_key.get(key)
-            if found is None:
-                by_key[key] = [(i, value)]
-            else:
-                found.append((i, value))
-    ranked = enc.ranked
-    for key, got in by_key.items():
-        kept = ranked.get(key)
-        if kept is None:
-            if len(ranked) >= RANKED:
-                ranked.clear()
-            kept = ranked[key] = tuple(enc.index.get(name(k, key)) for k in ("R", "HI", "LO"))
-        r, hi, lo = kept
-        if r is None and hi is None and lo is None:
-            continue
-        column = [v for _, v in got]
-        top, bottom, count = max(column), min(column), len(column)
-        for i, found_value in got:
-            base = i * width
-            if r is not None:
-                flat.append(base + r)
-                values.append(sum(v < found_value for v in column) / count)
-            if hi is not None:
-                flat.append(base + hi)
-                values.append(found_value - top)
-            if lo is not None:
-                flat.append(base + lo)
-                values.append(found_value - bottom)
-
-
-def text_columns(
-    enc: Reader, readings: dict[str, tx.Reading]
-) -> tuple[dict[int, float], dict[str, float]]:
-    """`text.context_features` of the context texts (`W:`, `TS:`: the same for every candidate):
-    the kept ones by column, and the `W:` ones a candidate may cross (`context.crossed`: no
-    space in the name) by name, read only where the space crosses any."""
-    shared_cols: dict[int, float] = {}
-    # The crossable ones (`context.crossed`: `W:`/`WIN:` names without a space) by name.
-    crossable: dict[str, float] = {}
-    for tpath, reading in readings.items():
-        if not enc.crossed:  # nothing reads them by name: their columns directly
-            for kind, read in (("W", reading.counts), ("TS", reading.stats)):
-                wanted = enc.pairs[kind].get(tpath)
-                if wanted:
-                    for key, value in read.items():
-                        if (j := wanted.get(key)) is not None:
-                            shared_cols[j] = float(value)
-            continue
-        words = enc.word_names.get(tpath)
-        if words:
-            for word, count in reading.counts.items():
-                found = words.get(word)
-                if found is not None:
-                    feature, j, cross = found
-                    if j is not None:
-                        shared_cols[j] = float(count)
-                    if cross:
-                        crossable[feature] = float(count)
-        stats = enc.pairs["TS"].get(tpath)  # `TS:` names are never crossed
-        if stats:
-            for stat, value in reading.stats.items():
-                if (j := stats.get(stat)) is not None:
-                    shared_cols[j] = value
-    return shared_cols, crossable
-
-
-def put_flat(out: np.ndarray, flat: list[int], values: list[float]) -> None:
-    """`out[i, j] = value` for each flat index `i * width + j` of a row's block. The lists are
-    made arrays by `np.fromiter` (a third of `np.array`'s time on a row's ~90 entries: no type
-    to discover)."""
-    n = len(flat)
-    at = np.fromiter(flat, dtype=np.intp, count=n)
-    got = np.fromiter(values, dtype=np.float64, count=n)
-    if out.flags.c_contiguous:
-        out.reshape(-1)[at] = got
-    else:  # pragma: no cover - raw() hands each row a contiguous block
-        out[np.divmod(at, out.shape[1])] = got

@@ -18,14 +18,21 @@ Compiled once per loaded version from its fitted feature space:
   aligned parts and their roots decided by its JSON keys and the candidates alone: they are
   worked out by the general code on the first row of those keys and candidates, checked there,
   and reused (`Layout`).
-- **Vectorised over the batch.** A call's rows are one matrix; the scaling runs once over it.
+- **Vectorised over the batch.** A call's rows are one matrix, assembled once for all of them
+  (`fast_batch.Assembly`: each row hands over its cells kind by kind, each kind written for
+  every row in one numpy assignment); the text matches' ranks are worked out over the call's
+  rows at once (`fast_matches`); the scaling runs once over the matrix.
+- **Only the kept columns worked out.** A text match, a list's shape, a context text's words:
+  computed only where the space keeps a column that reads them (`fast_matches`,
+  `fast_context`).
 
 Everything that decides *which* features exist and what they are worth is the general code
 itself, called with the same inputs in the same order: the state's parsing and leaves, the
 aligned parts, the text readings and matches, grids, lists and plans (`worker/features/*`). What
-this module re-states is the per-candidate assembly of `row.candidate_features` and
-`aligned.aligned_features`: which name gets which value. `fast_kinds.FORMAT` names the feature
-space format that assembly was written for; a space of another format, or a kind this module
+this module and its parts (`fast_aligned`, `fast_matches`, `fast_context`) re-state is the
+per-candidate assembly of `row.candidate_features` and `aligned.aligned_features`, the text
+matches and their ranks, the context texts' and lists' features: which name gets which value.
+`fast_kinds.FORMAT` names the feature space format that assembly was written for; a space of another format, or a kind this module
 does not know (`fast_kinds`), is encoded by the general encoder (`FastEncoder.general`), as is
 a row whose state it cannot read (the state's walk: `state_walk`). tests/decide/test_fast_encode.py
 holds both to identical matrices and decisions on the frozen rows of every family and on
@@ -42,15 +49,14 @@ import numpy as np
 
 from worker.decide.fast_aligned import (
     aligned_of,
-    match_features,
-    match_ranks,
     number_columns,
     place_leaves,
-    put_flat,
-    text_columns,
     values_key,
 )
+from worker.decide.fast_batch import Assembly
+from worker.decide.fast_context import ShapeColumns, TextColumns, flat_list_shapes
 from worker.decide.fast_kinds import CROSSED, MATCHES, SINGLE, SPLIT, unsupported
+from worker.decide.fast_matches import MatchColumns, place_matches
 from worker.decide.state_walk import (
     FlatWalk,
     Layout,
@@ -59,7 +65,6 @@ from worker.decide.state_walk import (
     context_leaves,
     dict_parts,
     flat_context,
-    flat_list_shapes,
     flat_signature,
     parse_json,
 )
@@ -96,7 +101,7 @@ class FastEncoder:
         self._tools: OrderedDict[tuple[str, ...], ToolsInfo] = OrderedDict()
         self._layouts: OrderedDict[tuple[Any, ...], Layout | None] = OrderedDict()
         self._aligned_kept = 0  # aligned records held by the layouts
-        self.ranked: dict[str, tuple[int | None, ...]] = {}  # a match's R/HI/LO columns
+        self.match_columns = MatchColumns(self.index)  # a match's own, R, HI, LO columns
         self.reason = unsupported(space)
         self.compiled = self.reason is None
         self.single: dict[str, dict[str, int]] = {k: {} for k in SINGLE}
@@ -139,28 +144,28 @@ class FastEncoder:
                 while at != -1:
                     self.words.setdefault(inner[2:at], set()).add(inner[at + 1 :])
                     at = inner.find(":", at + 1)
-        # Per text path, each word read: its `W:` name, that name's column (None where not
-        # kept) and whether a candidate may cross it (`context.crossed`: no space in the name).
-        self.word_names: dict[str, dict[str, tuple[str, int | None, bool]]] = {
-            tpath: {
-                w: (n, self.index.get(n), " " not in n)
-                for w in sorted(words)
-                for n in (name("W", tpath, w),)
-            }
+        # Per text path, each word a candidate may cross: its `W:` name (`context.crossed`: one
+        # without a space), read where the space crosses any.
+        crossing = {
+            tpath: {w: n for w in sorted(words) if " " not in (n := name("W", tpath, w))}
             for tpath, words in self.words.items()
         }
+        self.text_columns = TextColumns(
+            self.pairs["W"], crossing if self.crossed else {}, self.pairs["TS"]
+        )
+        self.shape_columns = ShapeColumns(self.index)
 
     # ---- the matrices ---------------------------------------------------------------------------
     def raw(self, rows: Sequence[tuple[str, Sequence[str]]]) -> tuple[np.ndarray, list[int]]:
         """All candidates of `rows` ((state, tools) pairs) stacked, NaN where a feature is
         absent, and each row's candidate count."""
         counts = [len(t) for _, t in rows]
-        out = np.full((sum(counts), self.width), np.nan, dtype=np.float64)
+        into = Assembly(self.width, counts)
         start = 0
-        for (state, tools), n in zip(rows, counts, strict=True):
-            self.place(state, list(tools), out[start : start + n])
-            start += n
-        return out, counts
+        for row, (state, tools) in enumerate(rows):
+            self.place(state, list(tools), into, (row, start))
+            start += counts[row]
+        return into.matrix(), counts
 
     def scaled(self, raw: np.ndarray) -> np.ndarray:
         """`encoding.scaled_matrix` of a stacked raw matrix (elementwise: the same numbers as
@@ -183,10 +188,11 @@ class FastEncoder:
         """The general encoder: the space's own `raw`, whatever it reads."""
         return self.space.raw(state, tools)
 
-    def place(self, state_text: str, tools: list[str], out: np.ndarray) -> None:
-        """One row's raw matrix written into `out` (candidates, features), all NaN on entry."""
+    def place(self, state_text: str, tools: list[str], into: Assembly, at: tuple[int, int]) -> None:
+        """One row's raw matrix handed to `into`, the row at `at` (its place among the call's
+        rows, its first candidate's among their candidates)."""
         if not self.compiled:
-            out[:] = self.general(state_text, tools)
+            into.whole.append((at[1], self.general(state_text, tools)))
             return
         # context.parse_state, with the JSON's own keys kept for the layout cache.
         # A flat state of a known layout is read from its JSON as it is (`FlatWalk`): nested
@@ -203,8 +209,8 @@ class FastEncoder:
             layout = self._layout(parsed, (signature, tuple(tools)), tools)
         if layout is None and state is None:
             state = cx.nested(parsed)
-        if not self._candidates(state, parsed, tools, out, layout):
-            out[:] = self.general(state_text, tools)
+        if not self._candidates(state, parsed, tools, into, at, layout):
+            into.whole.append((at[1], self.general(state_text, tools)))
             return
         if layout is not None:
             if not layout.walk.may_plan(parsed):
@@ -212,15 +218,24 @@ class FastEncoder:
             state = cx.nested(parsed)
         plan = plan_features(state, candidate_features)
         if plan:
-            self._put_all(plan, out)
+            placed = self._columns(plan)
+            if placed:
+                into.plans.append((at[1], len(tools), placed))
 
     # ---- one row, as row.candidate_features assembles it ---------------------------------------
     def _candidates(
-        self, state: Any, parsed: Any, tools: list[str], out: np.ndarray, layout: Layout | None
+        self,
+        state: Any,
+        parsed: Any,
+        tools: list[str],
+        into: Assembly,
+        at: tuple[int, int],
+        layout: Layout | None,
     ) -> bool:
-        """The row's candidate features into `out`; False when this row is left to the general
-        encoder (a field looked up under a context string spells an aligned path the row
-        already has: rare, and the split below assumes it away)."""
+        """The row's candidate features into `into` (`at`: as `place`'s); False when this row
+        is left to the general encoder (a field looked up under a context string spells an
+        aligned path the row already has: rare, and the split below assumes it away; nothing is
+        handed over before that is known)."""
         n = len(tools)
         info = self._tools_info(tools)
         names = info.names
@@ -296,13 +311,12 @@ class FastEncoder:
             if any(p in base for mine in looked for p, _ in mine):
                 return False
         readings = tx.context_texts(texts)
-        matches = match_features(part, readings, n) if self.matches else None
         lists = cx.number_lists(context)
 
         # The shared context features (the same for every candidate): (name, value) in the
         # general encoder's order, and their columns.
         # The context texts' `W:` and `TS:` columns, and the crossable ones by name.
-        shared_cols, crossable = text_columns(self, readings)
+        shared_cols, crossable = self.text_columns(readings)
         shared: dict[str, float] = {}  # the rest of the shared features, by name
         moves = None  # cells.move_features: a move's cells, per candidate (none without grids)
         if grids:
@@ -332,11 +346,12 @@ class FastEncoder:
         for cpath, cstr in ctx_strings:
             strings_at.setdefault(cpath, set()).add(cstr)
         set_at = {cpath: cset for cpath, cset in ctx_sets if cset}
-        # Every candidate's own features: flat indices into `out` (candidate * width + column;
-        # one index array converts in half the time of two) and values.
+        # Every candidate's own features: flat indices into the call's matrix (candidate *
+        # width + column) and values.
         width = self.width
-        flat: list[int] = []
-        values: list[float] = []
+        first = at[1]
+        flat = into.own_flat
+        values = into.own_values
         for i in range(n):
             # aligned.aligned_features: what the parts alone give, then what the row adds
             f: dict[int, float] = {}
@@ -384,49 +399,36 @@ class FastEncoder:
                         f[named] = 1.0
             if ctx_lists:
                 self.put(cx.list_places(ctx_lists, names[i]), f)
-            if matches is not None:
-                self.put(matches[i], f)
             if moves is not None:
                 self.put(moves[i], f)
-            if n <= cx.MAX_CROSSED_CANDIDATES:
+            row_at = (first + i) * width
+            if n <= cx.MAX_CROSSED_CANDIDATES and crossable:
                 crossed = self.crossed.get(info.lows[i])
-                if crossed and crossable:
-                    for key in crossed.keys() & crossable.keys():
-                        f[crossed[key]] = crossable[key]
-            row_at = i * width
+                if crossed:  # `X:` columns: no other kind writes them
+                    keys = crossed.keys() & crossable.keys()
+                    flat += [row_at + crossed[k] for k in keys]
+                    values += [crossable[k] for k in keys]
             flat += [row_at + j for j in f]
             values += f.values()
-        # The context's numbers (`C:`) and shared features, the same for every candidate: one
-        # assignment for all (their kinds are none of a candidate's own, so the order of the
-        # assignments does not matter); what the parts alone give in one, then the rest of
-        # every candidate's own in one (after: what a row adds to a part's is the row's).
-        # context.list_shapes, the same for every candidate too.
-        shapes = (
-            flat_list_shapes(parsed, walked) if layout is not None else cx.list_shapes(state, roots)
-        )
+        # The context's numbers (`C:`), shared features and list shapes (`context.list_shapes`),
+        # the same for every candidate (their kinds are none of a candidate's own: they are
+        # written first); then what the parts alone give, the comparisons, the id ranks
+        # (`ids.id_number_ranks`: the ids alone give them) and the kept ranks of the text
+        # matches (`aligned.ranks`), in the order `Assembly` writes them.
         common = dict(c_place)
         common.update(shared_cols)
-        common.update(self._columns(shapes))
+        if layout is not None:
+            common.update(self.shape_columns(flat_list_shapes(parsed, walked)))
+        else:
+            common.update(self._columns(cx.list_shapes(state, roots)))
         if common:
-            n_common = len(common)
-            out[:, np.fromiter(common, dtype=np.intp, count=n_common)] = np.fromiter(
-                common.values(), dtype=np.float64, count=n_common
-            )
-        fixed_at, fixed_columns, fixed_values = part.fixed
-        out[fixed_at, fixed_columns] = fixed_values
-        if flat:
-            put_flat(out, flat, values)
-        part.compared.place(number_at, [i for i, mine in enumerate(looked) if mine], out)
-        # ids.id_number_ranks (the part's: the ids alone give them) and aligned.ranks of the
-        # text matches, the kept ones alone (their kinds differ: the order does not matter).
-        rank_at, rank_columns, rank_values = part.id_ranks
-        if len(rank_at):
-            out[rank_at, rank_columns] = rank_values
-        if matches is not None:
-            flat, values = [], []
-            match_ranks(self, matches, width, (flat, values))
-            if flat:
-                put_flat(out, flat, values)
+            into.context(at[0], common)
+        into.fixed.append((first, part.fixed))
+        skip = [i for i, mine in enumerate(looked) if mine]
+        into.compare(first, part.compared, [number_at.get(p) for p in part.compared.context], skip)
+        into.ranks.append((first, part.id_ranks))
+        if self.matches:
+            place_matches(self.match_columns, part, readings, into.matches, first)
         return True
 
     # ---- helpers --------------------------------------------------------------------------------
@@ -445,11 +447,6 @@ class FastEncoder:
             j = get(feature)
             if j is not None:
                 f[j] = value
-
-    def _put_all(self, features: dict[str, float], out: np.ndarray) -> None:
-        placed = self._columns(features)
-        if placed:
-            out[:, list(placed)] = list(placed.values())
 
     def _layout(self, parsed: Any, key: tuple[Any, ...], tools: list[str]) -> Layout | None:
         """The layout of rows with these JSON keys and candidates (a flat state's), worked out

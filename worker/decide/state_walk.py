@@ -16,7 +16,6 @@ from worker.features import context as cx
 from worker.features import ids
 from worker.features import text as tx
 from worker.features.cells import Grid, is_grid
-from worker.features.kinds import Features
 from worker.features.text import Text
 from worker.features.values import number_of
 
@@ -154,13 +153,6 @@ def flat_context(
         elif value is not None:
             leaves_into(value, path, out, roots)
     return out
-
-
-def flat_list_shapes(parsed: dict[str, Any], leaves: tuple[tuple[str, str], ...]) -> Features:
-    """`context.list_shapes` of a flat state's nested object, from its parsed JSON and the
-    walk's leaves outside the roots: the lists among them, then the same shapes."""
-    shapes = [(p, v) for k, p in leaves if isinstance(v := parsed[k], list)][: cx.MAX_LISTS]
-    return cx.shape_features(shapes)
 
 
 def flat_signature(parsed: Any) -> tuple[str, ...] | None:

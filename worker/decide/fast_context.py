@@ -1,0 +1,108 @@
+"""What a row's context alone gives the decision-time encoder (`fast_encode.py`), the same for
+every candidate: the context texts' words and statistics (`W:`, `TS:`) and the shapes of its
+lists (`L:`, `DUP:`, `LD:`), each worked out only where the space keeps its column."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from worker.features import context as cx
+from worker.features import text as tx
+from worker.features.kinds import name
+
+SHAPES = 4096  # list paths (and pairs) whose shape columns are kept looked up
+
+
+class ShapeColumns:
+    """`context.shape_features` of a state's lists, the kept columns alone (`L:` a list's
+    length, `DUP:` its repeated items, `LD:` two lists' difference of lengths): the items are
+    written out as JSON to find the repeats only where a `DUP:` column is kept."""
+
+    def __init__(self, index: Mapping[str, int]) -> None:
+        self.index = index
+        self.single: dict[str, tuple[int | None, int | None]] = {}
+        self.pairs: dict[tuple[str, str], int | None] = {}
+        self.any_pair = any(n.startswith("LD:") for n in index)
+
+    def __call__(self, shapes: list[tuple[str, list[Any]]]) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for path, items in shapes:
+            length, dup = self._single(path)
+            if length is not None:
+                out[length] = float(len(items))
+            if dup is not None:
+                keys = [json.dumps(v, sort_keys=True) for v in items]
+                out[dup] = float(len(keys) - len(set(keys)))
+        if self.any_pair:
+            for a, (pa, la) in enumerate(shapes):
+                for pb, lb in shapes[a + 1 :]:
+                    j = self._pair(pa, pb)
+                    if j is not None:
+                        out[j] = float(len(la) - len(lb))
+        return out
+
+    def _single(self, path: str) -> tuple[int | None, int | None]:
+        found = self.single.get(path)
+        if found is None:
+            if len(self.single) >= SHAPES:
+                self.single.clear()
+            get = self.index.get
+            found = self.single[path] = (get(name("L", path)), get(name("DUP", path)))
+        return found
+
+    def _pair(self, a: str, b: str) -> int | None:
+        key = (a, b)
+        if key in self.pairs:
+            return self.pairs[key]
+        if len(self.pairs) >= SHAPES:
+            self.pairs.clear()
+        found = self.pairs[key] = self.index.get(name("LD", a, b))
+        return found
+
+
+def flat_list_shapes(parsed: dict[str, Any], leaves: tuple[tuple[str, str], ...]) -> list[Any]:
+    """The lists of a flat state's nested object outside the roots, as `context.list_shapes`
+    meets them: from its parsed JSON and the walk's leaves outside the roots."""
+    return [(p, v) for k, p in leaves if isinstance(v := parsed[k], list)][: cx.MAX_LISTS]
+
+
+class TextColumns:
+    """`text.context_features` of the context texts (`W:`, `TS:`: the same for every
+    candidate): the kept ones by column, and the `W:` ones a candidate may cross
+    (`context.crossed`: no space in the name) by name, where the space crosses any.
+
+    `words` the kept `W:` columns, per text path and word; `crossing` the crossable `W:` names
+    a crossed column reads (`X:W:...`), per text path and word; `stats` the kept `TS:` columns
+    per text path and statistic."""
+
+    def __init__(
+        self,
+        words: Mapping[str, Mapping[str, int]],
+        crossing: Mapping[str, Mapping[str, str]],
+        stats: Mapping[str, Mapping[str, int]],
+    ) -> None:
+        self.words = words
+        self.crossing = crossing
+        self.stats = stats
+
+    def __call__(
+        self, readings: dict[str, tx.Reading]
+    ) -> tuple[dict[int, float], dict[str, float]]:
+        shared: dict[int, float] = {}
+        crossable: dict[str, float] = {}
+        for tpath, reading in readings.items():
+            counts = reading.counts
+            words = self.words.get(tpath)
+            if words:
+                shared.update({words[w]: float(c) for w, c in counts.items() if w in words})
+            crossing = self.crossing.get(tpath)
+            if crossing:
+                crossable.update(
+                    {crossing[w]: float(c) for w, c in counts.items() if w in crossing}
+                )
+            stats = self.stats.get(tpath)  # `TS:` names are never crossed
+            if stats:
+                shared.update({stats[k]: float(v) for k, v in reading.stats.items() if k in stats})
+        return shared, crossable

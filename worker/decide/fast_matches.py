@@ -1,0 +1,205 @@
+"""The text matches of the decision-time encoder (`fast_encode.py`): `text.match_features`
+(`TO:`, `TC:`, `TCOS:`, `TN:` of each candidate against each context text) and their ranks
+among the candidates (`aligned.ranks`: `R:`, `HI:`, `LO:`), handed to the call's `Assembly` as
+cells rather than per candidate names.
+
+What the bags alone give comes from the row's aligned parts (`fast_aligned.Bags`, cached with
+them); what a context text alone gives is worked out once a text rather than once a candidate.
+A match whose column and ranks the space keeps none of is not computed. Every sum is
+`math.fsum` as in the general code (exact: its order does not change it), so the values are the
+general code's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from worker.features import text as tx
+from worker.features.kinds import name
+
+if TYPE_CHECKING:
+    from worker.decide.fast_aligned import Aligned
+
+MATCHED = 4096  # match names whose columns are kept looked up
+Kept = tuple[int | None, int | None, int | None, int | None]  # a match's column, R, HI, LO
+Three = tuple[Kept | None, Kept | None, Kept | None]  # `TO:`, `TC:`, `TCOS:`'s
+
+
+class MatchColumns:
+    """Per match name, the columns the space keeps of it: its own, its rank, its distance to
+    the candidates' max and min (None where not kept); None where it keeps none."""
+
+    def __init__(self, index: Mapping[str, int]) -> None:
+        self.index = index
+        self.found: dict[str, Kept | None] = {}
+        self.pairs: dict[tuple[str, str], Three | None] = {}
+
+    def of(self, apath: str, cpath: str) -> Three | None:
+        """The columns kept of an aligned text path's `TO:`, `TC:`, `TCOS:` against a context
+        text; None where none is kept."""
+        key = (apath, cpath)
+        try:
+            return self.pairs[key]
+        except KeyError:
+            pass
+        kept = (
+            self(name("TO", apath, cpath)),
+            self(name("TC", apath, cpath)),
+            self(name("TCOS", apath, cpath)),
+        )
+        if len(self.pairs) >= MATCHED:
+            self.pairs.clear()
+        out = self.pairs[key] = None if kept == (None, None, None) else kept
+        return out
+
+    def __call__(self, feature: str) -> Kept | None:
+        try:
+            return self.found[feature]
+        except KeyError:
+            pass
+        get = self.index.get
+        kept: Kept = (get(feature), get(f"R:{feature}"), get(f"HI:{feature}"), get(f"LO:{feature}"))
+        if len(self.found) >= MATCHED:
+            self.found.clear()
+        out = self.found[feature] = None if kept == (None, None, None, None) else kept
+        return out
+
+
+def place_matches(
+    columns: MatchColumns,
+    part: Aligned,
+    readings: dict[str, tx.Reading],
+    into: dict[Kept, Matched],
+    first: int,
+) -> None:
+    """The row's text matches (its first candidate `first` among the call's) into `into`, by
+    the columns kept of each."""
+    texts = list(readings.items())[: tx.MAX_CONTEXT_TEXTS]
+    if not texts:
+        return
+    for bags in part.matchers:
+        weight, square, apath = bags.weight, bags.square, bags.path
+        for cpath, reading in texts:
+            kept = columns.of(apath, cpath)
+            if kept is None:
+                continue
+            context = reading.bag
+            anyone = bags.union & context
+            reachable = math.fsum(map(weight.__getitem__, anyone))
+            reach_norm = math.sqrt(math.fsum(map(square.__getitem__, anyone)))
+            at: list[int] = []
+            to: list[float] = []
+            tc: list[float] = []
+            tcos: list[float] = []
+            for i, (bag, own, own_norm) in enumerate(
+                zip(bags.column, bags.own, bags.own_norm, strict=True)
+            ):
+                if not bag:
+                    continue
+                shared = bag & context
+                hit = math.fsum(map(weight.__getitem__, shared))
+                norm = own_norm * reach_norm
+                squares = math.fsum(map(square.__getitem__, shared))
+                at.append(first + i)
+                to.append(hit / own if own > 0 else 0.0)
+                tc.append(hit / reachable if reachable > 0 else 0.0)
+                tcos.append(squares / norm if norm else 0.0)
+            if at:
+                for found, got in zip(kept, (to, tc, tcos), strict=True):
+                    if found is not None:
+                        _add(into, found, at, got)
+    own_names, name_weight, totals = part.names
+    for cpath, reading in texts:
+        found = columns(name("TN", cpath))
+        if found is None:
+            continue
+        context = reading.bag
+        at = [first + i for i, total in enumerate(totals) if total > 0]
+        got = [
+            math.fsum(map(name_weight.__getitem__, bag & context)) / total
+            for bag, total in zip(own_names, totals, strict=True)
+            if total > 0
+        ]
+        if at:
+            _add(into, found, at, got)
+
+
+def _add(into: dict[Kept, Matched], kept: Kept, at: list[int], got: list[float]) -> None:
+    matched = into.get(kept)
+    if matched is None:
+        matched = into[kept] = Matched([], [], [])
+    matched.at.extend(at)
+    matched.values.extend(got)
+    matched.sizes.append(len(at))
+
+
+@dataclass(frozen=True)
+class Matched:
+    """A call's values of the matches that keep the same columns (`Kept`): each candidate's
+    place among the call's (`at`) and value, one row's candidates after another (`sizes`: how
+    many of each row's have it)."""
+
+    at: list[int]
+    values: list[float]
+    sizes: list[int]
+
+    def own(self, width: int, column: int) -> tuple[np.ndarray, np.ndarray]:
+        """The match's own column: (flat indices, values)."""
+        return np.array(self.at, dtype=np.intp) * width + column, np.array(self.values)
+
+    def ranks(self, width: int, kept: Kept) -> tuple[np.ndarray, np.ndarray]:
+        """`aligned.ranks` of the match among each row's candidates that have it: its rank
+        (the share of them below it), its distance to their max and to their min, where kept:
+        (flat indices, values)."""
+        _, r, hi, lo = kept
+        at = np.array(self.at, dtype=np.intp) * width
+        values = np.array(self.values, dtype=np.float64)
+        sizes = np.array(self.sizes, dtype=np.intp)
+        starts = np.cumsum(sizes) - sizes
+        if np.signbit(values).any() or np.isnan(values).any():  # pragma: no cover - not made
+            # A NaN or a negative: Python's max and min, as the general code (numpy's differ
+            # on NaN and on the sign of a zero).
+            return self._ranks_by_row(width, kept)
+        flat: list[np.ndarray] = []
+        out: list[np.ndarray] = []
+        if r is not None:
+            segment = np.repeat(np.arange(len(sizes)), sizes)
+            table = np.full((len(sizes), int(sizes.max())), np.nan)
+            table[segment, np.arange(len(values)) - starts[segment]] = values
+            below = (table[segment] < values[:, None]).sum(axis=1)
+            flat.append(at + r)
+            out.append(below / sizes[segment])
+        if hi is not None:
+            flat.append(at + hi)
+            out.append(values - np.repeat(np.maximum.reduceat(values, starts), sizes))
+        if lo is not None:
+            flat.append(at + lo)
+            out.append(values - np.repeat(np.minimum.reduceat(values, starts), sizes))
+        return np.concatenate(flat), np.concatenate(out)
+
+    def _ranks_by_row(self, width: int, kept: Kept) -> tuple[np.ndarray, np.ndarray]:
+        _, r, hi, lo = kept
+        flat: list[int] = []
+        out: list[float] = []
+        start = 0
+        for size in self.sizes:
+            at = [i * width for i in self.at[start : start + size]]
+            column = self.values[start : start + size]
+            start += size
+            if r is not None:
+                flat += [a + r for a in at]
+                out += [sum(u < v for u in column) / size for v in column]
+            if hi is not None:
+                top = max(column)
+                flat += [a + hi for a in at]
+                out += [v - top for v in column]
+            if lo is not None:
+                bottom = min(column)
+                flat += [a + lo for a in at]
+                out += [v - bottom for v in column]
+        return np.array(flat, dtype=np.intp), np.array(out, dtype=np.float64)
