@@ -77,3 +77,26 @@ def test_request_bodies_are_read_as_json_reads_them() -> None:
         except ValueError:
             continue
         raise AssertionError(f"{bad!r} was read")
+
+
+def test_route_values_that_read_alike_each_get_their_own_matrix() -> None:
+    # The route blocks' contents are cached by their values: values that compare or print alike
+    # in some reading (3, 3.0, true, "3", null, NaN, -0.0, lists of them) are each encoded as the
+    # general encoder encodes them, whichever comes first.
+    variants = ["3", "3.0", "true", '"3"', "null", "NaN", "1e400", "-0.0", "0.0", "0"]
+    variants += ["[3]", "[3.0]", '["3"]', "[true]", "[]", '"null"']
+    rows = []
+    for value in variants:
+        state = _state("").replace('"s.routes.fast.cost": 3', f'"s.routes.fast.cost": {value}')
+        rows.append((state, TOOLS))
+    features = [f for state, tools in rows for f in row_features(state, tools)]
+    names = sorted({n for f in features for n in f})
+    space = FeatureSpace(names, [0.25] * len(names), [2.0] * len(names))
+    encoder = FastEncoder(space)
+    assert encoder.compiled, encoder.reason
+    for order in (rows, rows[::-1], rows):
+        got, _ = encoder.raw(order)
+        want = np.concatenate([space.raw(state, tools) for state, tools in order])
+        np.testing.assert_array_equal(got, want)
+        for row in order:
+            np.testing.assert_array_equal(encoder.raw([row])[0], space.raw(*row))

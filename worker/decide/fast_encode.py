@@ -32,11 +32,11 @@ aligned parts, the text readings and matches, grids, lists and plans (`worker/fe
 this module and its parts (`fast_aligned`, `fast_matches`, `fast_context`) re-state is the
 per-candidate assembly of `row.candidate_features` and `aligned.aligned_features`, the text
 matches and their ranks, the context texts' and lists' features: which name gets which value.
-`fast_kinds.FORMAT` names the feature space format that assembly was written for; a space of another format, or a kind this module
-does not know (`fast_kinds`), is encoded by the general encoder (`FastEncoder.general`), as is
-a row whose state it cannot read (the state's walk: `state_walk`). tests/decide/test_fast_encode.py
-holds both to identical matrices and decisions on the frozen rows of every family and on
-routerBench's anchor rows.
+`fast_kinds.FORMAT` names the feature space format that assembly was written for; a space of
+another format, or a kind this module does not know (`fast_kinds`), is encoded by the general
+encoder (`FastEncoder.general`), as is a row whose state it cannot read (the state's walk:
+`state_walk`). tests/decide/test_fast_encode.py holds both to identical matrices and decisions
+on the frozen rows of every family and on routerBench's anchor rows.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ import numpy as np
 
 from worker.decide.fast_aligned import (
     aligned_of,
+    checks_of,
     number_columns,
     place_leaves,
     values_key,
@@ -333,10 +334,10 @@ class FastEncoder:
 
         single, pairs = self.single, self.pairs
         c_col = single["C"]
-        cov, inn, eq = pairs["COV"], pairs["IN"], pairs["EQ"]
         d_pairs, ge_pairs = pairs["D"], pairs["GE"]
         c_place = [(c_col[p], float(v)) for p, v in ctx_numbers if p in c_col]
         name_in = single["NAME_IN"]
+        places = single["IDX"] or single["IDXE"]  # `context.list_places`' kinds kept
         # The context by path, as the general loops over it leave each name's value: the last
         # number and string of a path, its last non-empty set, every string it has (`EQ:` is
         # set by any of them).
@@ -355,28 +356,24 @@ class FastEncoder:
         for i in range(n):
             # aligned.aligned_features: what the parts alone give, then what the row adds
             f: dict[int, float] = {}
-            own, sets, strings = part.own[i], part.sets[i], part.strings[i]
+            own, (covers, within, equal) = part.own[i], part.checks[i]
             if looked and looked[i]:
-                own, sets, strings = list(own), list(sets), list(strings)
+                own, sets, strings = list(own), list(part.sets[i]), list(part.strings[i])
                 place_leaves(
                     self, looked[i], looked_columns, part.numbers[i], f, own, sets, strings
                 )
-            for path, value in sets:
-                wanted = cov.get(path)
-                if wanted:
-                    for cpath, j in wanted.items():
-                        cset = set_at.get(cpath)
-                        if cset is not None:
-                            f[j] = len(cset & value) / len(cset)
-                wanted = inn.get(path)
-                if wanted:
-                    for cpath, j in wanted.items():
-                        if cpath in string_at:
-                            f[j] = float(string_at[cpath] in value)
-            for path, text in strings:
-                for cpath, j in eq[path].items():
-                    if text in strings_at.get(cpath, ()):
-                        f[j] = 1.0
+                covers, within, equal = checks_of(self, sets, strings)
+            for cpath, j, value in covers:
+                cset = set_at.get(cpath)
+                if cset is not None:
+                    f[j] = len(cset & value) / len(cset)
+            for cpath, j, value in within:
+                held = string_at.get(cpath)
+                if held is not None:
+                    f[j] = float(held in value)
+            for cpath, j, text in equal:
+                if text in strings_at.get(cpath, ()):
+                    f[j] = 1.0
             # aligned.compared (below, for the candidates whose own numbers are the part's)
             for key, value in own[: al.MAX_ALIGNED] if looked and looked[i] else ():
                 if key not in self.compared_keys:
@@ -397,7 +394,7 @@ class FastEncoder:
                     named = name_in.get(cpath)
                     if named is not None and cstr in names[i]:
                         f[named] = 1.0
-            if ctx_lists:
+            if ctx_lists and places:
                 self.put(cx.list_places(ctx_lists, names[i]), f)
             if moves is not None:
                 self.put(moves[i], f)

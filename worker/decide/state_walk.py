@@ -71,7 +71,7 @@ class Layout:
     roots: list[list[str | None]]
     aligned_keys: tuple[str, ...]
     walk: FlatWalk
-    aligned: dict[tuple[Any, ...], Any] = field(default_factory=dict, compare=False)
+    aligned: dict[bytes | tuple[Any, ...], Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
