@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from worker.decide.fast_matches import Kept, Matched
+from worker.decide.fast_matches import Kept, Matched, match_cells
 
 
 @dataclass(frozen=True)
@@ -95,17 +95,16 @@ class Assembly:
         _put_placed(flat, self.fixed, width)
         if self.own_flat:
             flat[_indices(self.own_flat)] = _values(self.own_values)
-        for (column, _, _, _), matched in self.matches.items():
-            if column is not None:
-                at, values = matched.own(width, column)
-                flat[at] = values
+        ranks = None
+        if self.matches:
+            (at, values), ranks = match_cells(self.matches, width)
+            flat[at] = values
         if self.compared:
             self._compare(out)
         _put_placed(flat, self.ranks, width)
-        for kept, matched in self.matches.items():
-            if kept[1:] != (None, None, None):
-                at, values = matched.ranks(width, kept)
-                flat[at] = values
+        if ranks is not None:
+            at, values = ranks
+            flat[at] = values
         for start, count, placed in self.plans:
             out[start : start + count, list(placed)] = list(placed.values())
         for start, whole in self.whole:
@@ -117,19 +116,29 @@ class Assembly:
         context numbers, a column set where the row has its path's number."""
         got = self.compared
         lengths = [len(c.at) for _, c, _, _ in got]
-        at = np.concatenate([c.at for _, c, _, _ in got])
-        at += np.repeat(np.array([start for start, _, _, _ in got], dtype=np.intp), lengths)
-        columns = np.concatenate([c.columns for _, c, _, _ in got])
-        numbers = np.concatenate([c.numbers for _, c, _, _ in got])
-        ge = np.concatenate([c.ge for _, c, _, _ in got])
-        # Each row's context numbers one after the other: a row's paths index its own.
-        offsets: list[int] = []
-        found: list[float | None] = []
-        for _, _, mine, _ in got:
-            offsets.append(len(found))
-            found += mine
-        paths = np.concatenate([c.paths for _, c, _, _ in got])
-        paths += np.repeat(np.array(offsets, dtype=np.intp), lengths)
+        if len(got) == 1:  # a call of one row (or one with comparisons): its arrays as they are
+            start, one, found, _ = got[0]
+            at, columns, numbers, ge, paths = (
+                one.at + start,
+                one.columns,
+                one.numbers,
+                one.ge,
+                one.paths,
+            )
+        else:
+            at = np.concatenate([c.at for _, c, _, _ in got])
+            at += np.repeat(np.array([start for start, _, _, _ in got], dtype=np.intp), lengths)
+            columns = np.concatenate([c.columns for _, c, _, _ in got])
+            numbers = np.concatenate([c.numbers for _, c, _, _ in got])
+            ge = np.concatenate([c.ge for _, c, _, _ in got])
+            # Each row's context numbers one after the other: a row's paths index its own.
+            offsets: list[int] = []
+            found = []
+            for _, _, mine, _ in got:
+                offsets.append(len(found))
+                found += mine
+            paths = np.concatenate([c.paths for _, c, _, _ in got])
+            paths += np.repeat(np.array(offsets, dtype=np.intp), lengths)
         missing = None in found
         ctx = np.array([0.0 if c is None else c for c in found] if missing else found)[paths]
         values = np.where(ge, (numbers >= ctx).astype(np.float64), numbers - ctx)
@@ -149,6 +158,10 @@ class Assembly:
 
 def _put_placed(flat: np.ndarray, placed: list[tuple[int, Placed]], width: int) -> None:
     if not placed:
+        return
+    if len(placed) == 1:
+        start, one = placed[0]
+        flat[one.flat + start * width] = one.values
         return
     lengths = [len(p.flat) for _, p in placed]
     at = np.concatenate([p.flat for _, p in placed])

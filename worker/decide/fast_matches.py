@@ -138,6 +138,9 @@ def _add(into: dict[Kept, Matched], kept: Kept, at: list[int], got: list[float])
     matched.sizes.append(len(at))
 
 
+SMALL = 48  # a call's match values up to which their cells are worked out in Python
+
+
 @dataclass(frozen=True)
 class Matched:
     """A call's values of the matches that keep the same columns (`Kept`): each candidate's
@@ -148,58 +151,76 @@ class Matched:
     values: list[float]
     sizes: list[int]
 
-    def own(self, width: int, column: int) -> tuple[np.ndarray, np.ndarray]:
-        """The match's own column: (flat indices, values)."""
-        return np.array(self.at, dtype=np.intp) * width + column, np.array(self.values)
 
-    def ranks(self, width: int, kept: Kept) -> tuple[np.ndarray, np.ndarray]:
-        """`aligned.ranks` of the match among each row's candidates that have it: its rank
-        (the share of them below it), its distance to their max and to their min, where kept:
-        (flat indices, values)."""
-        _, r, hi, lo = kept
-        at = np.array(self.at, dtype=np.intp) * width
-        values = np.array(self.values, dtype=np.float64)
-        sizes = np.array(self.sizes, dtype=np.intp)
-        starts = np.cumsum(sizes) - sizes
-        if np.signbit(values).any() or np.isnan(values).any():  # pragma: no cover - not made
-            # A NaN or a negative: Python's max and min, as the general code (numpy's differ
-            # on NaN and on the sign of a zero).
-            return self._ranks_by_row(width, kept)
-        flat: list[np.ndarray] = []
-        out: list[np.ndarray] = []
+def match_cells(
+    groups: dict[Kept, Matched], width: int
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """A call's text matches as cells (flat indices, values): their own columns, then their
+    ranks among each row's candidates that have them (`aligned.ranks`: the share of them below
+    a value, its distance to their max and to their min), the kept ones. Over all the call's
+    values at once in numpy; in Python for a few (a call of one row) or where one is NaN or
+    negative (numpy's max and min differ from Python's, the general code's, on NaN and on the
+    sign of a zero: not made by the matches, whose values are shares of weights)."""
+    at_all: list[int] = []
+    values_all: list[float] = []
+    sizes: list[int] = []
+    kept: list[Kept] = []
+    for found_columns, matched in groups.items():
+        at_all += matched.at
+        values_all += matched.values
+        sizes += matched.sizes
+        kept += [found_columns] * len(matched.sizes)
+    values = np.array(values_all, dtype=np.float64)
+    if len(values) <= SMALL or np.signbit(values).any() or np.isnan(values).any():
+        return _cells_by_row(at_all, values_all, sizes, kept, width)
+    at = np.array(at_all, dtype=np.intp) * width
+    counts = np.array(sizes, dtype=np.intp)
+    starts = np.cumsum(counts) - counts
+    segment = np.repeat(np.arange(len(counts)), counts)
+    table = np.array([[-1 if c is None else c for c in k] for k in kept], dtype=np.intp)
+    columns = table[segment]  # each value's own, R, HI, LO columns (-1: not kept)
+    own = columns[:, 0] >= 0
+    # The share below: each value against its row's values (NaN pads a shorter row).
+    row = np.full((len(counts), int(counts.max())), np.nan)
+    row[segment, np.arange(len(values)) - starts[segment]] = values
+    below = (row[segment] < values[:, None]).sum(axis=1) / counts[segment]
+    top = values - np.maximum.reduceat(values, starts)[segment]
+    bottom = values - np.minimum.reduceat(values, starts)[segment]
+    flat, out = [], []
+    for k, found in ((1, below), (2, top), (3, bottom)):
+        keep = columns[:, k] >= 0
+        flat.append(at[keep] + columns[keep, k])
+        out.append(found[keep])
+    return (at[own] + columns[own, 0], values[own]), (np.concatenate(flat), np.concatenate(out))
+
+
+def _cells_by_row(
+    at_all: list[int], values: list[float], sizes: list[int], kept: list[Kept], width: int
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    own_flat: list[int] = []
+    own: list[float] = []
+    flat: list[int] = []
+    out: list[float] = []
+    start = 0
+    for size, (j, r, hi, lo) in zip(sizes, kept, strict=True):
+        at = [i * width for i in at_all[start : start + size]]
+        column = values[start : start + size]
+        start += size
+        if j is not None:
+            own_flat += [a + j for a in at]
+            own += column
         if r is not None:
-            segment = np.repeat(np.arange(len(sizes)), sizes)
-            table = np.full((len(sizes), int(sizes.max())), np.nan)
-            table[segment, np.arange(len(values)) - starts[segment]] = values
-            below = (table[segment] < values[:, None]).sum(axis=1)
-            flat.append(at + r)
-            out.append(below / sizes[segment])
+            flat += [a + r for a in at]
+            out += [sum([u < v for u in column]) / size for v in column]
         if hi is not None:
-            flat.append(at + hi)
-            out.append(values - np.repeat(np.maximum.reduceat(values, starts), sizes))
+            top = max(column)
+            flat += [a + hi for a in at]
+            out += [v - top for v in column]
         if lo is not None:
-            flat.append(at + lo)
-            out.append(values - np.repeat(np.minimum.reduceat(values, starts), sizes))
-        return np.concatenate(flat), np.concatenate(out)
-
-    def _ranks_by_row(self, width: int, kept: Kept) -> tuple[np.ndarray, np.ndarray]:
-        _, r, hi, lo = kept
-        flat: list[int] = []
-        out: list[float] = []
-        start = 0
-        for size in self.sizes:
-            at = [i * width for i in self.at[start : start + size]]
-            column = self.values[start : start + size]
-            start += size
-            if r is not None:
-                flat += [a + r for a in at]
-                out += [sum(u < v for u in column) / size for v in column]
-            if hi is not None:
-                top = max(column)
-                flat += [a + hi for a in at]
-                out += [v - top for v in column]
-            if lo is not None:
-                bottom = min(column)
-                flat += [a + lo for a in at]
-                out += [v - bottom for v in column]
-        return np.array(flat, dtype=np.intp), np.array(out, dtype=np.float64)
+            bottom = min(column)
+            flat += [a + lo for a in at]
+            out += [v - bottom for v in column]
+    return (
+        (np.array(own_flat, dtype=np.intp), np.array(own, dtype=np.float64)),
+        (np.array(flat, dtype=np.intp), np.array(out, dtype=np.float64)),
+    )
