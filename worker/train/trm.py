@@ -418,9 +418,11 @@ def _select(
     """End of an epoch: keep the averaged weights when their val figure beats the best so far.
     `select_by="accuracy"`: the higher val accuracy, or the same at a lower val loss (a few
     hundred val rows make accuracy coarse: ties are common, and the first of them is often an
-    undertrained epoch). `"loss"`: the lower val loss. `"auc"`: the higher ranking AUC
-    (`ranking_auc`), ties to the lower loss; by accuracy where the AUC has no pairs. With no
-    val split every epoch is kept: the last one wins. Epochs since the best."""
+    undertrained epoch); while the val accuracy has not moved since the first epoch (and is
+    below 1), the latest epoch is kept and training goes on. `"loss"`: the lower val loss.
+    `"auc"`: the higher ranking AUC (`ranking_auc`), ties to the lower loss; by accuracy where
+    the AUC has no pairs. With no val split every epoch is kept: the last one wins. Epochs since
+    the best."""
     training = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
     model.load_state_dict(ema.weights)
     eval_pass = partial(callbacks.on_pass, "eval")
@@ -437,6 +439,14 @@ def _select(
         better = top is None or auc > top or (auc == top and lower)
     else:
         better = score is None or score > best["accuracy"] or (score == best["accuracy"] and lower)
+        # A val split whose accuracy has not moved since the first epoch (and is not perfect)
+        # cannot tell the epochs apart: val worlds unlike the train ones, answered alike by
+        # every epoch. It neither keeps the first, barely trained epoch (the lowest val loss of
+        # a model not yet sure of anything) nor stops training: the latest epoch is kept until
+        # the figure moves.
+        flat = best.get("flat", True) and (best["epoch"] is None or score == best["accuracy"])
+        best["flat"] = flat
+        better = better or (flat and score is not None and score < 1.0)
     if better:
         kept = score if score is not None else -1.0
         best.update(accuracy=kept, loss=loss, auc=auc, epoch=epoch, since=0)
