@@ -1,7 +1,7 @@
 """A call's raw matrix for the decision-time encoder (`fast_encode.py`), assembled once for all
 its rows: each row hands over what it writes, kind by kind, and each kind is written for every
-row in one numpy assignment when the call's rows are all read (a handful of assignments a call
-rather than a dozen a row: on 64 routerBench rows, numpy's cost per call was most of a row's).
+row in one numpy assignment when the call's rows are all read (a handful of numpy calls a call
+rather than a dozen a row, each with its fixed cost).
 
 The kinds are written in the order a row wrote them into its block, one after the other: the
 context's (the same for every candidate of a row), the parts' (`fast_aligned.Aligned.fixed`),

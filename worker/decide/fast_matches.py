@@ -1,7 +1,8 @@
 """The text matches of the decision-time encoder (`fast_encode.py`): `text.match_features`
 (`TO:`, `TC:`, `TCOS:`, `TN:` of each candidate against each context text) and their ranks
-among the candidates (`aligned.ranks`: `R:`, `HI:`, `LO:`), handed to the call's `Assembly` as
-cells rather than per candidate names.
+among the candidates (`aligned.ranks`: `R:`, `HI:`, `LO:`), handed to the call's `Assembly`
+grouped by the columns kept of them rather than as per candidate names, and made cells for all
+the call's rows at once (`match_cells`).
 
 What the bags alone give comes from the row's aligned parts (`fast_aligned.Bags`, cached with
 them); what a context text alone gives is worked out once a text rather than once a candidate.
