@@ -327,7 +327,7 @@ def values_key(parsed: dict[str, Any], keys: tuple[str, ...]) -> bytes | tuple[A
     `null` (NaN and the infinities are `null` too) or cannot write a value (an integer past 64
     bits, a lone surrogate), their types, then the values (a list as its items and their types).
     """
-    values = [parsed[key] for key in keys]
+    values = list(map(parsed.__getitem__, keys))
     try:
         written = orjson.dumps(values)
     except orjson.JSONEncodeError:

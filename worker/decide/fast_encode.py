@@ -11,8 +11,9 @@ Compiled once per loaded version from its fitted feature space:
   kept name compares, the crossed words of a candidate no kept name crosses, the text matches
   when no kept name reads them.
 - **Per-row work once.** The context's strings, sets and numbers are split once a row (the
-  general encoder splits them again per candidate); the shared context features are placed once
-  and copied to every candidate's row.
+  general encoder splits them again per candidate), in one pass that also gathers its lists of
+  numbers (`state_walk.sort_context`); the shared context features are placed once and copied
+  to every candidate's row.
 - **Cached per candidate list.** A tools list's names and word pieces are worked out once.
 - **Cached per layout.** A flat state (a `minimal` compression's dotted keys) has its names,
   aligned parts and their roots decided by its JSON keys and the candidates alone: they are
@@ -64,26 +65,27 @@ from worker.decide.state_walk import (
     ToolsInfo,
     at_keys,
     context_leaves,
+    context_texts,
     dict_parts,
     flat_context,
     flat_signature,
     parse_json,
+    sort_context,
 )
 from worker.features import aligned as al
 from worker.features import context as cx
 from worker.features import ids
-from worker.features import text as tx
-from worker.features.cells import Grid, move_features, walk_features, window_features
+from worker.features.cells import move_features, walk_features, window_features
 from worker.features.kinds import name
 from worker.features.plans import plan_features
 from worker.features.row import candidate_features
-from worker.features.text import Text
 from worker.models.encoding import squash
 from worker.models.feature_space import FeatureSpace
 
 TOOLS_CACHE = 1024  # candidate lists whose names and pieces are kept
 LAYOUTS = 1024  # layouts (JSON keys and candidates) kept
 ALIGNED = 4096  # aligned parts' contents kept, over all layouts (then all are let go)
+COLUMN_AT = 1 << 20  # cells of a call up to which `scaled` looks their columns up (8 MB)
 Pairs = dict[str, dict[str, int]]
 
 
@@ -99,6 +101,7 @@ class FastEncoder:
         self.width = len(space.names)
         self._mean = np.asarray(space.mean, dtype=np.float64)
         self._scale = np.asarray(space.scale, dtype=np.float64)
+        self._column_at = np.zeros(0, dtype=np.intp)  # flat index -> column (`scaled`)
         self._tools: OrderedDict[tuple[str, ...], ToolsInfo] = OrderedDict()
         self._layouts: OrderedDict[tuple[Any, ...], Layout | None] = OrderedDict()
         self._aligned_kept = 0  # aligned records held by the layouts
@@ -175,7 +178,13 @@ class FastEncoder:
         width = raw.shape[1]
         values = raw.ravel()
         present = np.flatnonzero(values == values)  # not NaN
-        columns = present % width
+        # Each flat index's column, looked up (not divided) up to COLUMN_AT cells.
+        if len(self._column_at) < len(values) <= COLUMN_AT:
+            self._column_at = np.tile(np.arange(width, dtype=np.intp), raw.shape[0])
+        if len(values) <= len(self._column_at):
+            columns = self._column_at[present]
+        else:
+            columns = present % width
         out = np.zeros((raw.shape[0], 2 * width), dtype=np.float32)
         # A value at (row, column) of `raw` goes to (row, column) of `out`, twice as wide, its
         # flag to (row, width + column).
@@ -274,28 +283,10 @@ class FastEncoder:
             if layout is not None
             else context_leaves(state, roots)
         )
-        ctx_numbers: list[tuple[str, float]] = []
-        ctx_lists: list[tuple[str, tuple[str, ...]]] = []
-        ctx_strings: list[tuple[str, str]] = []
-        ctx_sets: list[tuple[str, frozenset[str]]] = []
-        grids: list[tuple[str, Grid]] = []
-        texts: list[tuple[str, Text]] = []
-        by_value: dict[str, str] = {}
-        for cpath, value in context:
-            if isinstance(value, float):
-                ctx_numbers.append((cpath, value))
-            elif isinstance(value, str):
-                ctx_strings.append((cpath, value))
-                by_value.setdefault(value, cpath)
-            elif isinstance(value, frozenset):
-                ctx_sets.append((cpath, value))
-            elif isinstance(value, tuple):
-                ctx_lists.append((cpath, value))
-            elif isinstance(value, Grid):
-                grids.append((cpath, value))
-            elif isinstance(value, Text):
-                texts.append((cpath, value))
-        ctx_numbers = ctx_numbers[: al.MAX_CONTEXT]
+        leaves = sort_context(context)
+        ctx_lists, ctx_strings, ctx_sets = leaves.lists, leaves.strings, leaves.sets
+        grids, by_value = leaves.grids, leaves.by_value
+        ctx_numbers = leaves.numbers[: al.MAX_CONTEXT]
         # Fields keyed by a context string, under its path (`aligned.looked_up`): per row.
         looked = (
             [
@@ -311,8 +302,8 @@ class FastEncoder:
             base = {p for mine in part.leaves for p, _ in mine}
             if any(p in base for mine in looked for p, _ in mine):
                 return False
-        readings = tx.context_texts(texts)
-        lists = cx.number_lists(context)
+        readings = context_texts(leaves.texts)
+        lists = leaves.number_lists
 
         # The shared context features (the same for every candidate): (name, value) in the
         # general encoder's order, and their columns.
@@ -375,15 +366,15 @@ class FastEncoder:
                 if text in strings_at.get(cpath, ()):
                     f[j] = 1.0
             # aligned.compared (below, for the candidates whose own numbers are the part's)
-            for key, value in own[: al.MAX_ALIGNED] if looked and looked[i] else ():
+            for key, number in own[: al.MAX_ALIGNED] if looked and looked[i] else ():
                 if key not in self.compared_keys:
                     continue
                 for cpath, j in d_pairs.get(key, {}).items():
                     if cpath in number_at:
-                        f[j] = value - float(number_at[cpath])
+                        f[j] = number - float(number_at[cpath])
                 for cpath, j in ge_pairs.get(key, {}).items():
                     if cpath in number_at:
-                        f[j] = float(value >= number_at[cpath])
+                        f[j] = float(number >= number_at[cpath])
             # aligned.name_in
             if name_in:
                 for cpath, cset in ctx_sets:
@@ -403,9 +394,9 @@ class FastEncoder:
                 crossed = self.crossed.get(info.lows[i])
                 if crossed:  # `X:` columns: no other kind writes them
                     keys = crossed.keys() & crossable.keys()
-                    flat += [row_at + crossed[k] for k in keys]
-                    values += [crossable[k] for k in keys]
-            flat += [row_at + j for j in f]
+                    flat += map(row_at.__add__, map(crossed.__getitem__, keys))
+                    values += map(crossable.__getitem__, keys)
+            flat += map(row_at.__add__, f)
             values += f.values()
         # The context's numbers (`C:`), shared features and list shapes (`context.list_shapes`),
         # the same for every candidate (their kinds are none of a candidate's own: they are

@@ -1,7 +1,8 @@
 """Reading a state for the decision-time encoder (worker/decide/fast_encode.py): what a candidate
-list alone gives, a flat state's layout, the aligned parts of a state of objects, and the
-context leaves, each the same as the general code's (`worker/features/context.py`,
-`aligned.py`) without its generators."""
+list alone gives, a flat state's layout, the aligned parts of a state of objects, the context
+leaves, sorted by kind in one pass with the context's lists of numbers, and the context texts,
+each the same as the general code's (`worker/features/context.py`, `aligned.py`, `text.py`)
+without its generators or a second pass."""
 
 from __future__ import annotations
 
@@ -228,12 +229,7 @@ def leaves_into(obj: Any, path: str, out: list[tuple[str, Any]], roots: set[str]
                 leaves_into(value, here, out, roots)
     elif isinstance(obj, list):
         if obj and all(isinstance(v, str) for v in obj):
-            out.append((path, frozenset(v.lower() for v in obj)))
-            out.append((path, tuple(v.lower() for v in obj)))
-            if is_grid(obj):
-                out.append((path, Grid(tuple(obj))))
-            if words := [v for v in obj if is_text(v)]:
-                out.append((path, Text("\n".join(words))))
+            out += [(path, v) for v in string_list(obj)]
         else:
             for i, value in enumerate(obj[: cx.MAX_LIST_INDEX]):
                 here = f"{path}.{i}"
@@ -248,6 +244,28 @@ def leaves_into(obj: Any, path: str, out: list[tuple[str, Any]], roots: set[str]
             out.append((path, Text(obj)))
 
 
+STRING_LISTS: dict[tuple[str, ...], tuple[Any, ...]] = {}  # `string_list` of the lists seen
+
+
+def string_list(items: list[str]) -> tuple[Any, ...]:
+    """What `context.leaves` reads of a list of strings, in its order: their set and tuple, in
+    lower case, the list as a grid where it is one, its texts as one text. Kept by the list's
+    items (states repeat their lists: a candidate list's names); each is immutable."""
+    key = tuple(items)
+    found = STRING_LISTS.get(key)
+    if found is None:
+        lowered = tuple(v.lower() for v in items)
+        made: list[Any] = [frozenset(lowered), lowered]
+        if is_grid(items):
+            made.append(Grid(key))
+        if words := [v for v in items if is_text(v)]:
+            made.append(Text("\n".join(words)))
+        if len(STRING_LISTS) >= 1 << 12:
+            STRING_LISTS.clear()
+        found = STRING_LISTS[key] = tuple(made)
+    return found
+
+
 TEXTY: dict[str, bool] = {}  # `text.is_text` of the strings seen (states repeat their strings)
 
 
@@ -258,3 +276,80 @@ def is_text(value: str) -> bool:
             TEXTY.clear()
         found = TEXTY[value] = tx.is_text(value)
     return found
+
+
+@dataclass(slots=True)
+class Sorted:
+    """A row's context leaves by kind, in their order (the last number, string of a path is
+    the one its name keeps), the first path of each string (`by_value`), and the context's
+    lists of numbers (`context.number_lists`)."""
+
+    numbers: list[tuple[str, float]] = field(default_factory=list)
+    strings: list[tuple[str, str]] = field(default_factory=list)
+    sets: list[tuple[str, frozenset[str]]] = field(default_factory=list)
+    lists: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    grids: list[tuple[str, Grid]] = field(default_factory=list)
+    texts: list[tuple[str, Text]] = field(default_factory=list)
+    by_value: dict[str, str] = field(default_factory=dict)
+    number_lists: list[tuple[str, list[float]]] = field(default_factory=list)
+
+
+# A number's path as `context.number_lists` splits it: (its list's path, its index), or None
+# where it is no list's item.
+PLACES: dict[str, tuple[str, int] | None] = {}
+
+
+def sort_context(context: list[tuple[str, Any]]) -> Sorted:
+    """The context's leaves sorted by kind in one pass, its lists of numbers gathered on the
+    way (`context.number_lists`: a number at `<list>.<i>` is the list's item when it comes
+    next, the lists in the order they are first met)."""
+    out = Sorted()
+    numbers, strings, by_value = out.numbers, out.strings, out.by_value
+    lists: dict[str, list[float]] = {}
+    places = PLACES
+    for cpath, value in context:
+        if isinstance(value, float):
+            numbers.append((cpath, value))
+            try:
+                place = places[cpath]
+            except KeyError:
+                parent, dot, index = cpath.rpartition(".")
+                place = (parent, int(index)) if dot and index.isdigit() else None
+                if len(places) >= 1 << 14:
+                    places.clear()
+                places[cpath] = place
+            if place is not None:
+                items = lists.setdefault(place[0], [])
+                if place[1] == len(items):
+                    items.append(value)
+        elif isinstance(value, str):
+            strings.append((cpath, value))
+            by_value.setdefault(value, cpath)
+        elif isinstance(value, frozenset):
+            out.sets.append((cpath, value))
+        elif isinstance(value, tuple):
+            out.lists.append((cpath, value))
+        elif isinstance(value, Grid):
+            out.grids.append((cpath, value))
+        elif isinstance(value, Text):
+            out.texts.append((cpath, value))
+    if lists:
+        out.number_lists = list(lists.items())[: cx.MAX_LISTS]
+    return out
+
+
+TEXT_PATHS: dict[str, str] = {}  # `text.text_path` of the paths seen
+
+
+def context_texts(texts: list[tuple[str, Text]]) -> dict[str, tx.Reading]:
+    """`text.context_texts`, each path's group (`text.text_path`) kept once worked out."""
+    grouped: dict[str, list[str]] = {}
+    paths = TEXT_PATHS
+    for path, text in texts:
+        group = paths.get(path)
+        if group is None:
+            if len(paths) >= 1 << 14:
+                paths.clear()
+            group = paths[path] = tx.text_path(path)
+        grouped.setdefault(group, []).append(text.raw)
+    return {path: tx.read("\n".join(raws)) for path, raws in grouped.items()}
