@@ -20,9 +20,10 @@ class TrmTrainerConfig(StrictModel):
     steps per batch, with halting (N_sup). 1/1/1 is the one-step model. The run's `seed` drives
     it. Training keeps the epoch with the best val accuracy and stops after `patience` epochs
     without a better one; a val accuracy that has not moved since the first epoch (val worlds
-    the model answers alike whatever it learned) neither chooses nor stops: the latest is kept. `feature_dropout` removes that share of each train row's features
-    (value and presence, for every candidate alike): a regularizer for worlds that show fewer of
-    the train worlds' features; 0 by default (measured in docs/quality.md: it helps grid and costs
+    the model answers alike whatever it learned) neither chooses nor stops: the latest is kept.
+    `feature_dropout` removes that share of each train row's features (value and presence, for
+    every candidate alike): a regularizer for worlds that show fewer of the train worlds'
+    features; 0 by default (measured in docs/quality.md: it helps grid and costs
     verify). `dropout` drops the network's hidden units while training, likewise 0 by default
     (on fresh seeds it moves grid +0.02 and costs schedule 0.05). Neither changes the saved
     weights' shape nor how a model answers.
