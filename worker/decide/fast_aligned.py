@@ -23,6 +23,7 @@ import numpy as np
 import orjson
 
 from worker.decide.fast_batch import Compared, Placed
+from worker.decide.fast_matches import Bags
 from worker.decide.state_walk import ToolsInfo, leaves_into
 from worker.features import aligned as al
 from worker.features import ids
@@ -65,21 +66,6 @@ class Reader(Protocol):
     @property
     def crossed(self) -> Mapping[str, Mapping[str, int]]: ...
     def put(self, features: dict[str, float], f: dict[int, float]) -> None: ...
-
-
-@dataclass(frozen=True)
-class Bags:
-    """One aligned text path's bags over the candidates (`text.match_features`' `column`), with
-    what reads them alone: the words' weights and their squares, their union, and per candidate
-    its weight sum and the root of its squared weights (0 where its bag is empty)."""
-
-    path: str
-    column: list[frozenset[str]]
-    weight: dict[str, float]
-    square: dict[str, float]
-    union: frozenset[str]
-    own: list[float]
-    own_norm: list[float]
 
 
 @dataclass(frozen=True)

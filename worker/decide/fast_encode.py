@@ -416,7 +416,9 @@ class FastEncoder:
         into.compare(first, part.compared, [number_at.get(p) for p in part.compared.context], skip)
         into.ranks.append((first, part.id_ranks))
         if self.matches:
-            place_matches(self.match_columns, part, readings, into.matches, first)
+            place_matches(
+                self.match_columns, part.matchers, part.names, readings, into.matches, first
+            )
         return True
 
     # ---- helpers --------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ among the candidates (`aligned.ranks`: `R:`, `HI:`, `LO:`), handed to the call's
 grouped by the columns kept of them rather than as per candidate names, and made cells for all
 the call's rows at once (`match_cells`).
 
-What the bags alone give comes from the row's aligned parts (`fast_aligned.Bags`, cached with
+What the bags alone give comes from the row's aligned parts (`Bags`, cached with
 them); what a context text alone gives is worked out once a text rather than once a candidate.
 A match whose column and ranks the space keeps none of is not computed. Every sum is
 `math.fsum` as in the general code (exact: its order does not change it), so the values are the
@@ -16,19 +16,30 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from worker.features import text as tx
 from worker.features.kinds import name
 
-if TYPE_CHECKING:
-    from worker.decide.fast_aligned import Aligned
-
 MATCHED = 4096  # match names whose columns are kept looked up
 Kept = tuple[int | None, int | None, int | None, int | None]  # a match's column, R, HI, LO
 Three = tuple[Kept | None, Kept | None, Kept | None]  # `TO:`, `TC:`, `TCOS:`'s
+
+
+@dataclass(frozen=True)
+class Bags:
+    """One aligned text path's bags over the candidates (`text.match_features`' `column`), with
+    what reads them alone: the words' weights and their squares, their union, and per candidate
+    its weight sum and the root of its squared weights (0 where its bag is empty)."""
+
+    path: str
+    column: list[frozenset[str]]
+    weight: dict[str, float]
+    square: dict[str, float]
+    union: frozenset[str]
+    own: list[float]
+    own_norm: list[float]
 
 
 class MatchColumns:
@@ -73,7 +84,8 @@ class MatchColumns:
 
 def place_matches(
     columns: MatchColumns,
-    part: Aligned,
+    matchers: list[Bags],
+    names: tuple[list[frozenset[str]], dict[str, float], list[float]],
     readings: dict[str, tx.Reading],
     into: dict[Kept, Matched],
     first: int,
@@ -83,7 +95,7 @@ def place_matches(
     texts = list(readings.items())[: tx.MAX_CONTEXT_TEXTS]
     if not texts:
         return
-    for bags in part.matchers:
+    for bags in matchers:
         weight, square, apath = bags.weight, bags.square, bags.path
         for cpath, reading in texts:
             kept = columns.of(apath, cpath)
@@ -114,7 +126,7 @@ def place_matches(
                 for found, got in zip(kept, (to, tc, tcos), strict=True):
                     if found is not None:
                         _add(into, found, at, got)
-    own_names, name_weight, totals = part.names
+    own_names, name_weight, totals = names
     for cpath, reading in texts:
         found = columns(name("TN", cpath))
         if found is None:
