@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -244,38 +245,26 @@ def leaves_into(obj: Any, path: str, out: list[tuple[str, Any]], roots: set[str]
             out.append((path, Text(obj)))
 
 
-STRING_LISTS: dict[tuple[str, ...], tuple[Any, ...]] = {}  # `string_list` of the lists seen
-
-
 def string_list(items: list[str]) -> tuple[Any, ...]:
     """What `context.leaves` reads of a list of strings, in its order: their set and tuple, in
     lower case, the list as a grid where it is one, its texts as one text. Kept by the list's
     items (states repeat their lists: a candidate list's names); each is immutable."""
-    key = tuple(items)
-    found = STRING_LISTS.get(key)
-    if found is None:
-        lowered = tuple(v.lower() for v in items)
-        made: list[Any] = [frozenset(lowered), lowered]
-        if is_grid(items):
-            made.append(Grid(key))
-        if words := [v for v in items if is_text(v)]:
-            made.append(Text("\n".join(words)))
-        if len(STRING_LISTS) >= 1 << 12:
-            STRING_LISTS.clear()
-        found = STRING_LISTS[key] = tuple(made)
-    return found
+    return _string_list(tuple(items))
 
 
-TEXTY: dict[str, bool] = {}  # `text.is_text` of the strings seen (states repeat their strings)
+@lru_cache(maxsize=1 << 12)
+def _string_list(items: tuple[str, ...]) -> tuple[Any, ...]:
+    lowered = tuple(v.lower() for v in items)
+    made: list[Any] = [frozenset(lowered), lowered]
+    if is_grid(list(items)):
+        made.append(Grid(items))
+    if words := [v for v in items if is_text(v)]:
+        made.append(Text("\n".join(words)))
+    return tuple(made)
 
 
-def is_text(value: str) -> bool:
-    found = TEXTY.get(value)
-    if found is None:
-        if len(TEXTY) >= 1 << 16:
-            TEXTY.clear()
-        found = TEXTY[value] = tx.is_text(value)
-    return found
+# `text.is_text` of the strings seen (states repeat their strings).
+is_text = lru_cache(maxsize=1 << 16)(tx.is_text)
 
 
 @dataclass(slots=True)
