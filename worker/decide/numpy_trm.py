@@ -20,6 +20,7 @@ FORMAT = "trm-v2"  # the version of worker/models/trm.py's model this forward is
 PAD_SCORE = -1e9  # a padding candidate's score, as worker/models/trm.py
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default
 SET_LAYERS = 2  # the one network f: net.0 and net.1
+SMALL_SET = 8  # candidates up to which a set's sums and maxima are taken one candidate at a time
 _DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16}
 _HALF, _ONE, _ROOT_HALF = np.float32(0.5), np.float32(1.0), np.float32(1.0 / math.sqrt(2.0))
 _EPS = np.float32(LAYER_NORM_EPS)
@@ -92,21 +93,32 @@ def gelu(x: np.ndarray) -> np.ndarray:
 
 
 def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    # Sums and one division, not `mean` (a few microseconds more a call, and a row's forward
-    # makes dozens of calls); in place where a temporary is ours: the same operations in the
-    # same order, fewer arrays made.
-    width = np.float32(x.shape[-1])
-    mean = np.add.reduce(x, -1, keepdims=True)
-    mean /= width
-    centered = x - mean
-    var = np.add.reduce(centered * centered, -1, keepdims=True)
-    var /= width
+    # The means over the last axis as products with a column of 1/width (one BLAS call each: a
+    # fifth of `np.add.reduce`'s time over rows of 64, and a row's forward makes dozens); in
+    # place where a temporary is ours. The sums run in BLAS's order, not numpy's: routerBench's
+    # scores moved by under 2e-6.
+    width = x.shape[-1]
+    flat = x.reshape(-1, width)
+    avg = _averager(width)
+    centered = flat - flat @ avg
+    var = np.square(centered) @ avg
     var += _EPS
     np.sqrt(var, out=var)
-    out: np.ndarray = centered / var
-    out *= weight
-    out += bias
-    return out
+    centered /= var
+    centered *= weight
+    centered += bias
+    return centered.reshape(x.shape)
+
+
+def _averager(width: int) -> np.ndarray:
+    """(width, 1) of 1/width in float32: a matrix product with it is each row's mean."""
+    avg = _AVERAGERS.get(width)
+    if avg is None:
+        avg = _AVERAGERS[width] = np.full((width, 1), 1.0 / width, dtype=np.float32)
+    return avg
+
+
+_AVERAGERS: dict[int, np.ndarray] = {}
 
 
 class SetLayer:
@@ -126,9 +138,8 @@ class SetLayer:
     def __call__(self, h: np.ndarray, rows: Rows, act: Activation) -> np.ndarray:
         u = layer_norm(h, *self.norm)
         if rows.full:  # no padding: plain means and maxima
-            mean = np.add.reduce(u, 1, keepdims=True)
+            mean, peak = _sum_and_max(u)
             mean /= np.float32(u.shape[1])
-            peak = np.maximum.reduce(u, 1, keepdims=True)
         else:
             mean = (u * rows.m).sum(1, keepdims=True) / rows.count
             peak = np.where(rows.m, u, -np.inf).max(1, keepdims=True)
@@ -145,6 +156,21 @@ class SetLayer:
         out += self.bias2
         out += h
         return out
+
+
+def _sum_and_max(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, 1, width) sums and maxima of (rows, candidates, width) over the candidates: for a
+    few candidates one elementwise operation a candidate, in their order (as `np.add.reduce`
+    adds them: the same sums; half its time at 4 candidates), else the reductions."""
+    count = u.shape[1]
+    if count > SMALL_SET or len(u) == 1:  # one row: two calls cost less than a few
+        return np.add.reduce(u, 1, keepdims=True), np.maximum.reduce(u, 1, keepdims=True)
+    total, peak = u[:, :1].copy(), u[:, :1].copy()
+    for k in range(1, count):
+        part = u[:, k : k + 1]
+        total += part
+        np.maximum(peak, part, out=peak)
+    return total, peak
 
 
 class Rows:
