@@ -159,9 +159,11 @@ class ControllerList(BaseModel):
 def check_name(name: str, field: str = "path.name") -> str:
     if not _NAME.match(name):
         raise ApiError(
-            422, "validation_error", f"{field}: a controller name is {NAME_RULE}",
+            422,
+            "validation_error",
+            f"{field}: a controller name is {NAME_RULE}",
             [{"field": field, "message": f"a controller name is {NAME_RULE}"}],
-        )  # fmt: skip
+        )
     return name
 
 
@@ -172,15 +174,19 @@ def parse_ref(ref: str, version: int | None) -> tuple[str, int | None]:
     if at:
         if not pinned.isdigit() or not 1 <= int(pinned) < 2**31:
             raise ApiError(
-                422, "validation_error", "controller: after '@' comes a version number",
+                422,
+                "validation_error",
+                "controller: after '@' comes a version number",
                 [{"field": "controller", "message": "after '@' comes a version number"}],
-            )  # fmt: skip
+            )
         if version is not None and version != int(pinned):
             message = f"names version {pinned}, the body's version says {version}"
             raise ApiError(
-                422, "validation_error", f"controller: {message}",
+                422,
+                "validation_error",
+                f"controller: {message}",
                 [{"field": "controller", "message": message}],
-            )  # fmt: skip
+            )
         return name, int(pinned)
     return name, version
 
@@ -210,10 +216,14 @@ def show(session: Session, name: str) -> ControllerOut:
     current = next(v for v in versions if v.live)
     shadow = live.shadow_version
     return ControllerOut(
-        name=name, live_version=live.live_version, log_decisions=live.log_decisions,
-        shadow_version=shadow, shadow=shadow_report(session, name, shadow) if shadow else None,
-        live=current, versions=versions,
-    )  # fmt: skip
+        name=name,
+        live_version=live.live_version,
+        log_decisions=live.log_decisions,
+        shadow_version=shadow,
+        shadow=shadow_report(session, name, shadow) if shadow else None,
+        live=current,
+        versions=versions,
+    )
 
 
 def list_controllers(session: Session) -> ControllerList:
@@ -245,9 +255,11 @@ def get_version(session: Session, name: str, version: int) -> ControllerVersion:
     ).first()
     if row is None:
         raise ApiError(
-            404, "not_found", f"controller {name!r} has no version {version}",
+            404,
+            "not_found",
+            f"controller {name!r} has no version {version}",
             [{"field": "version", "message": f"{name!r} has no version {version}"}],
-        )  # fmt: skip
+        )
     return row
 
 

@@ -28,7 +28,7 @@ from core.dataset_unpack import Unpacked, over_quota, refuse
 from core.errors import ApiError
 from core.models import Run, utcnow
 from core.paths import confined, corpus_sources, spec_path_fields
-from core.schemas.corpus import DATASET_NAME
+from core.schemas.sources import DATASET_NAME
 
 NAME = re.compile(DATASET_NAME)
 FOLDER = "datasets"

@@ -89,16 +89,28 @@ class LoggedDecision(BaseModel):
     def of(cls, row: DecisionRecord) -> LoggedDecision:
         outcome = None
         if row.success is not None:
-            outcome = Outcome(success=row.success, reward=row.reward, notes=row.notes,
-                              reported_at=as_utc(row.outcome_at) or utcnow())  # fmt: skip
+            outcome = Outcome(
+                success=row.success,
+                reward=row.reward,
+                notes=row.notes,
+                reported_at=as_utc(row.outcome_at) or utcnow(),
+            )
         shadowed = row.shadow_version is not None
         return cls(
-            id=row.id, version=row.version, state=row.state, tools=list(row.tools),
-            action=row.action, scores=list(row.scores), margin=row.margin, abstain=row.abstain,
-            shadow_version=row.shadow_version, shadow_action=row.shadow_action,
+            id=row.id,
+            version=row.version,
+            state=row.state,
+            tools=list(row.tools),
+            action=row.action,
+            scores=list(row.scores),
+            margin=row.margin,
+            abstain=row.abstain,
+            shadow_version=row.shadow_version,
+            shadow_action=row.shadow_action,
             shadow_agrees=(row.shadow_action == row.action) if shadowed else None,
-            decided_at=as_utc(row.decided_at) or row.decided_at, outcome=outcome,
-        )  # fmt: skip
+            decided_at=as_utc(row.decided_at) or row.decided_at,
+            outcome=outcome,
+        )
 
 
 class DecisionPage(BaseModel):
@@ -172,9 +184,11 @@ def report_outcomes(engine: sa.Engine, name: str, body: OutcomesIn) -> OutcomesO
     for i, decision_id in enumerate(ids):
         if decision_id in seen:
             raise ApiError(
-                422, "validation_error", f"outcomes[{i}].decision_id: {decision_id} is given twice",
+                422,
+                "validation_error",
+                f"outcomes[{i}].decision_id: {decision_id} is given twice",
                 [{"field": f"outcomes[{i}].decision_id", "message": "given twice in one report"}],
-            )  # fmt: skip
+            )
         seen.add(decision_id)
     with one_writer(engine), session_scope(engine) as session:
         found = {
@@ -192,12 +206,13 @@ def report_outcomes(engine: sa.Engine, name: str, body: OutcomesIn) -> OutcomesO
                 for i, d in missing
             ]
             raise ApiError(
-                404, "not_found",
+                404,
+                "not_found",
                 f"{name!r} logged no decision {missing[0][1]}"
                 + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
                 + ": report outcomes of decisions a logging controller answered",
                 details,
-            )  # fmt: skip
+            )
         now, replaced = utcnow(), 0
         for given in body.outcomes:
             row = found[given.decision_id]

@@ -91,8 +91,12 @@ class Tx:
         data = finite(data)
         values: dict[str, Any] = {"event_seq": Run.event_seq + 1}
         if type == "card":
-            values.update(card=data, phase=data.get("phase"), percent=data.get("percent") or 0.0,
-                          best_anchor=data.get("best_anchor"))  # fmt: skip
+            values.update(
+                card=data,
+                phase=data.get("phase"),
+                percent=data.get("percent") or 0.0,
+                best_anchor=data.get("best_anchor"),
+            )
         update = sa.update(Run).where(col(Run.id) == run_id)
         if self.fence is not None:
             update = update.where(col(Run.lease_token) == self.fence)

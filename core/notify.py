@@ -323,8 +323,11 @@ def deliver(
                 if not answered:
                     log.warning(
                         "webhook %s for %s, attempt %d: answered %d",
-                        url, run_id, attempt, response.status_code,
-                    )  # fmt: skip
+                        url,
+                        run_id,
+                        attempt,
+                        response.status_code,
+                    )
                 # Only an answered delivery says its status code: a failure's code (or
                 # connection error) would let any client probe the ports the service can reach.
                 _record(

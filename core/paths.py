@@ -152,9 +152,9 @@ def check_bench_ref(value: Any, field: str) -> None:
 
 def installed_data() -> set[str]:
     """The data folders of installed packages a corpus source reads when no path is given (the
-    bfcl-eval package's, core/schemas/corpus.py `BfclSource`): read outside DATA_DIR, as the
+    bfcl-eval package's, core/schemas/sources.py `BfclSource`): read outside DATA_DIR, as the
     source itself fills them in."""
-    from core.schemas.corpus import bfcl_data_folder
+    from core.schemas.sources import bfcl_data_folder
 
     folder = bfcl_data_folder()
     return {folder} if folder else set()

@@ -56,9 +56,10 @@ def _completed_run(session: Session, run_id: str, what: str) -> Run:
         raise _refuse(422, "validation_error", f"run {run_id} is a dry run: it trained nothing")
     if run.status != "completed":
         raise _refuse(
-            409, "not_completed",
+            409,
+            "not_completed",
             f"{what} {run_id} is {run.status}, not completed: promote it once it completes",
-        )  # fmt: skip
+        )
     return run
 
 
@@ -71,9 +72,10 @@ def _best_of_search(session: Session, search: Run) -> tuple[str, str | None]:
     best_run, candidate = manifest.get("best_run"), manifest.get("best_candidate")
     if not isinstance(best_run, str) or not is_run_id(best_run):
         raise _refuse(
-            409, "no_best_candidate",
+            409,
+            "no_best_candidate",
             f"hill-climb {search.id} kept no best candidate: nothing to promote",
-        )  # fmt: skip
+        )
     return best_run, candidate if isinstance(candidate, str) and len(candidate) <= 64 else None
 
 
@@ -120,9 +122,10 @@ def _version_row(
     card = _read_json(run_dir / SCORECARD, run_dir)
     if card is None:
         raise _refuse(
-            409, "no_scorecard",
+            409,
+            "no_scorecard",
             f"run {run.id} has no {SCORECARD}: only a scored train run can be promoted",
-        )  # fmt: skip
+        )
     folder = run_dir / TRAINER
     trainer = trainer_of(folder) if under(run_dir, folder) else None
     if trainer is None:

@@ -67,8 +67,12 @@ def set_shadow(engine: sa.Engine, name: str, version: int | None) -> ControllerO
             get_version(session, name, version)
             if version == live.live_version:
                 message = f"version {version} is the live version: shadow another one"
-                raise ApiError(422, "validation_error", f"version: {message}",
-                               [{"field": "version", "message": message}])  # fmt: skip
+                raise ApiError(
+                    422,
+                    "validation_error",
+                    f"version: {message}",
+                    [{"field": "version", "message": message}],
+                )
         live.shadow_version, live.updated_at = version, utcnow()
         session.add(live)
         session.flush()
@@ -91,10 +95,16 @@ def promote_shadow(engine: sa.Engine, name: str, bound: PromoteShadowIn) -> Cont
                 f"{report.decisions} decisions ({rate:.3f}); the bound is at least "
                 f"{bound.min_decisions} decisions and {bound.min_agreement:g} agreement"
             )
-            raise ApiError(409, "shadow_short", message,
-                           {"shadow": report.model_dump(mode="json"),
-                            "min_decisions": bound.min_decisions,
-                            "min_agreement": bound.min_agreement})  # fmt: skip
+            raise ApiError(
+                409,
+                "shadow_short",
+                message,
+                {
+                    "shadow": report.model_dump(mode="json"),
+                    "min_decisions": bound.min_decisions,
+                    "min_agreement": bound.min_agreement,
+                },
+            )
         make_live(live, live.shadow_version)
         session.add(live)
         session.flush()

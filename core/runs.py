@@ -110,8 +110,9 @@ def validate_spec(body: Any, settings: Settings) -> Any:
             f"{how} is {seconds:.0f} s of work, over this server's limit of "
             f"{settings.max_seconds} s (TRM_MAX_SECONDS); lower {field} or set budget.max_seconds"
         )
-        raise ApiError(422, "validation_error", f"{field}: {message}",
-                       [{"field": field, "message": message}])  # fmt: skip
+        raise ApiError(
+            422, "validation_error", f"{field}: {message}", [{"field": field, "message": message}]
+        )
     if spec.notify is not None:
         refusal = check_notify_url(spec.notify.url, settings)
         if refusal:

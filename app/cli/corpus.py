@@ -72,7 +72,8 @@ def load_spec(path: Path) -> CorpusSpec:
     if isinstance(data, dict) and data.get("kind") == "train" and "corpus" in data:
         data, prefix = data["corpus"], ("corpus",)
     # The spec models load when a spec is read, not for every `trm` call.
-    from core.schemas.corpus import CorpusSpec, DecisionLogSource
+    from core.schemas.corpus import CorpusSpec
+    from core.schemas.sources import DecisionLogSource
     from core.translate.corpus import looks_like_skill_corpus_spec
 
     if looks_like_skill_corpus_spec(data):

@@ -80,9 +80,14 @@ def _read_json(path: Path, root: Path) -> dict[str, Any]:
 
 
 def resolve_side(
-    ref: str, side: str, runs_dir: Path, data_dir: Path, trainer: str, model_cache: Path,
+    ref: str,
+    side: str,
+    runs_dir: Path,
+    data_dir: Path,
+    trainer: str,
+    model_cache: Path,
     seen: tuple[str, ...] = (),
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """{"ref", "policy" (a load_policy reference, or a placeholder for `none`), "knobs", ...}.
 
     Run ids are checked as run ids and their folders are `RUNS_DIR/<id>`; what a run's files say
@@ -131,9 +136,10 @@ def resolve_side(
     path = path.resolve()
     if not (under(Path(runs_dir), path) or under(Path(data_dir), path)):
         raise ResolveError(
-            "bad_input", f"{side}: {ref!r} is neither none, a run id, nor a path under the runs "
+            "bad_input",
+            f"{side}: {ref!r} is neither none, a run id, nor a path under the runs "
             "or data directory",
-        )  # fmt: skip
+        )
     return {"ref": ref, "policy": _artifact(path, side, ref, model_cache), "knobs": None}
 
 
@@ -236,9 +242,15 @@ def data_source(entry: dict[str, Any], data_dir: Path, results_jsonl: str | None
             "state_fields": ["task.family", "task.goal", "observation"],
             "tools_field": "options.ids",
             "action_field": "decision.action",
-            "meta_fields": ["meta.world_id", "meta.family", "meta.run", "meta.episode",
-                            "meta.turn", "meta.kind"],
-        }  # fmt: skip
+            "meta_fields": [
+                "meta.world_id",
+                "meta.family",
+                "meta.run",
+                "meta.episode",
+                "meta.turn",
+                "meta.kind",
+            ],
+        }
     return {"type": "trm_play_root", "name": name, "path": str(root)}
 
 
@@ -262,14 +274,21 @@ def trained_here(
         "seed": int(spec.get("seed") or 0),
     }
     path = str(run_dir / TRAINER) if run_dir is not None else f"<this run>/{TRAINER}"
-    return {"ref": TRAIN_HERE, "policy": {"type": "trm", "path": path}, "knobs": knobs,
-            "train": train}  # fmt: skip
+    return {
+        "ref": TRAIN_HERE,
+        "policy": {"type": "trm", "path": path},
+        "knobs": knobs,
+        "train": train,
+    }
 
 
 def resolve_bench(
-    spec: dict[str, Any], runs_dir: Path, data_dir: Path, model_cache: Path,
+    spec: dict[str, Any],
+    runs_dir: Path,
+    data_dir: Path,
+    model_cache: Path,
     run_dir: Path | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The bench spec (BenchSpec as JSON) resolved: data, anchors, both sides, repeats.
     `run_dir`: the bench run's own folder, where a `router: train` side's model lies."""
     try:
@@ -288,9 +307,10 @@ def resolve_bench(
             sides[side] = trained_here(entry, spec, source, run_dir)
         elif ref == TRAIN_HERE:
             raise ResolveError(
-                "bad_input", f"{side}: {TRAIN_HERE!r} is for the router only (the baseline is "
+                "bad_input",
+                f"{side}: {TRAIN_HERE!r} is for the router only (the baseline is "
                 "none, a run id, RUN:root|final, or an artifact path)",
-            )  # fmt: skip
+            )
         else:
             sides[side] = resolve_side(ref, side, runs_dir, data_dir, trainer, model_cache)
     # `none` reads rows shaped like the trained side's (its corpus knobs), else the bench's.

@@ -205,9 +205,12 @@ def _mutation_sizes(raw: Any, reader: Reader) -> dict[str, Any]:
         f"mutations: the router trained here takes {json.dumps(sizes)} from "
         f"{first.get('name') or 'the first mutation'}"
         + (f"; {', '.join(others)} ignored (no counterpart)" if others else "")
-        + (f"; {len(raw) - 1} more mutation(s) ignored (a search over them is a hillclimb run)"
-           if len(raw) > 1 else "")
-    )  # fmt: skip
+        + (
+            f"; {len(raw) - 1} more mutation(s) ignored (a search over them is a hillclimb run)"
+            if len(raw) > 1
+            else ""
+        )
+    )
     return sizes
 
 

@@ -22,11 +22,19 @@ from core.translate.common import Translation, existing_path
 _SOURCE_KEYS = {
     "trm_play_root": {"type", "name", "path", "pick_base", "run"},
     "jsonl": {
-        "type", "name", "path", "mode", "state_fields", "tools_field", "tools_default",
-        "action_field", "action_default", "meta_fields",
+        "type",
+        "name",
+        "path",
+        "mode",
+        "state_fields",
+        "tools_field",
+        "tools_default",
+        "action_field",
+        "action_default",
+        "meta_fields",
     },
     "router_jsonl": {"type", "name", "path", "routes"},
-}  # fmt: skip
+}
 _SPLIT_LEVELS = ("env", "run", "episode", "row")
 _CARRIED = ("dedupe", "min_exact_positives", "contract")
 _SKILL_ONLY_KEYS = {"train_ratio", "shuffle_seed", "output_dir"}

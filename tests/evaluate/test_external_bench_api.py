@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.schemas.corpus import bfcl_data_folder
+from core.schemas.sources import bfcl_data_folder
 from core.settings import Settings
 from tests.conftest import Service, module_service
 from tests.external.test_routellm import checkout

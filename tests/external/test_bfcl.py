@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from core.schemas.corpus import CorpusSpec, bfcl_data_folder
+from core.schemas.corpus import CorpusSpec
+from core.schemas.sources import bfcl_data_folder
 from worker.corpus import CorpusInputError
 from worker.corpus.bfcl import NO_CALL
 from worker.corpus.rows import Row, Tally

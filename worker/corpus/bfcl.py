@@ -5,7 +5,7 @@ Data: `BFCL_v4_<category>.json` (one JSON object a line: `id`, `question` (turns
 `{role, content}` messages), `function` (the functions offered: `name`, `description`,
 `parameters`)) and `possible_answer/BFCL_v4_<category>.json` (`id`, `ground_truth`: the calls a
 right answer makes), in the source's `path` (a checkout's `bfcl_eval/data`, or a folder above it;
-left out, the installed bfcl-eval package's data: core/schemas/corpus.py `BfclSource`).
+left out, the installed bfcl-eval package's data: core/schemas/sources.py `BfclSource`).
 
 One row per question:
     state  = {"question": <the user turns' text, one line each>,
@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from core.schemas.corpus import BfclSource
+from core.schemas.sources import BfclSource
 from worker.corpus.errors import CorpusInputError
 from worker.corpus.rows import Row, Tally
 

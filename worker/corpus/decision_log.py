@@ -1,4 +1,4 @@
-"""The `decision_log` source (core/schemas/corpus.py `DecisionLogSource`): a named controller's
+"""The `decision_log` source (core/schemas/sources.py `DecisionLogSource`): a named controller's
 logged decisions and their reported outcomes (core/decisions.py), read from the service's
 database, as corpus rows of the shape every source gives.
 
@@ -24,7 +24,7 @@ from sqlmodel import Session
 from core.db import get_engine
 from core.decisions import read_for_corpus
 from core.models import Controller, DecisionRecord
-from core.schemas.corpus import DecisionLogSource
+from core.schemas.sources import DecisionLogSource
 from core.settings import get_settings
 from worker.corpus.errors import CorpusInputError
 from worker.corpus.rows import Invalid, Row, Tally, env_family, state_text

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from core.schemas.corpus import RouteLlmSource
+from core.schemas.sources import RouteLlmSource
 from worker.corpus.errors import CorpusInputError
 from worker.corpus.rows import Invalid, Row, Tally, env_family
 

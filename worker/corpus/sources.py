@@ -51,13 +51,8 @@ from pathlib import Path
 from typing import Any
 
 from core.paths import files_inside
-from core.schemas.corpus import (
-    CorpusSpec,
-    JsonlSource,
-    RouterJsonlSource,
-    Source,
-    TrmPlayRootSource,
-)
+from core.schemas.corpus import CorpusSpec
+from core.schemas.sources import JsonlSource, RouterJsonlSource, Source, TrmPlayRootSource
 from worker.corpus.errors import CorpusInputError
 from worker.corpus.lines import json_lines
 from worker.corpus.published import READERS

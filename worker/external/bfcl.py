@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.schemas.corpus import BfclSource, CorpusSpec, bfcl_data_folder
+from core.schemas.corpus import CorpusSpec
+from core.schemas.sources import BfclSource, bfcl_data_folder
 from worker.corpus import build_corpus
 from worker.corpus.bfcl import NO_CALL, data_folder, files_of, read_rows
 from worker.corpus.rows import Row, Tally

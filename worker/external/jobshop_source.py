@@ -28,7 +28,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from core.schemas.corpus import JobShopSource
+from core.schemas.sources import JobShopSource
 from worker.corpus.errors import CorpusInputError
 from worker.corpus.rows import Row, Tally
 from worker.external.jobshop_dispatch import replay, state_text
