@@ -100,9 +100,16 @@ class BrowserGuard:
             return
         status, code, message = refusal
         body = json.dumps(error_body(code, message)).encode()
-        await send({"type": "http.response.start", "status": status, "headers": [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode())]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     def refusal(
@@ -110,16 +117,22 @@ class BrowserGuard:
     ) -> tuple[int, str, str] | None:
         host = headers.get("host", "")
         if self.check_host and not self.host_allowed(host):
-            return (421, "misdirected_request",
-                    f"Host {host[:100]!r} is not a name of this API; add it to "
-                    "TRM_ALLOWED_HOSTS if clients reach the API by it")  # fmt: skip
+            return (
+                421,
+                "misdirected_request",
+                f"Host {host[:100]!r} is not a name of this API; add it to "
+                "TRM_ALLOWED_HOSTS if clients reach the API by it",
+            )
         if method not in STATE_CHANGING:
             return None
         origin = headers.get("origin")
         if origin is not None and not self._same_or_allowed(origin, host):
-            return (403, "forbidden_origin",
-                    f"a {method} from origin {origin[:100]!r} (another site) is refused; "
-                    "call the API from its own origin or a host in TRM_ALLOWED_HOSTS")  # fmt: skip
+            return (
+                403,
+                "forbidden_origin",
+                f"a {method} from origin {origin[:100]!r} (another site) is refused; "
+                "call the API from its own origin or a host in TRM_ALLOWED_HOSTS",
+            )
         # PUT is an upload alone (an artifact or a data set, each checking its own content
         # type); so does the MCP transport.
         if method == "PUT" or path == "/mcp":
@@ -129,9 +142,12 @@ class BrowserGuard:
             "transfer-encoding" in headers
         )
         if (kind or has_body) and kind != "application/json":
-            return (415, "unsupported_media_type",
-                    f"send the body as JSON (Content-Type: application/json), not "
-                    f"{kind or 'an untyped body'!r}")  # fmt: skip
+            return (
+                415,
+                "unsupported_media_type",
+                f"send the body as JSON (Content-Type: application/json), not "
+                f"{kind or 'an untyped body'!r}",
+            )
         return None
 
     def _same_or_allowed(self, origin: str, host: str) -> bool:

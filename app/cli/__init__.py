@@ -26,9 +26,20 @@ from app.client import api_url
 from trm_mcp import cli as mcp
 
 VERB_MODULES = (
-    server, db, runs, data, controllers, demo, bench, corpus, envs, export, importspec, schemas,
+    server,
+    db,
+    runs,
+    data,
+    controllers,
+    demo,
+    bench,
+    corpus,
+    envs,
+    export,
+    importspec,
+    schemas,
     mcp,
-)  # fmt: skip
+)
 
 
 SETTINGS = """settings (environment, or a .env file in the current folder):

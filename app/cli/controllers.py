@@ -92,9 +92,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--decision", help="one decision id (default: none; or --file)")
     p.add_argument(
-        "--success", action=argparse.BooleanOptionalAction, default=None,
+        "--success",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="with --decision: it succeeded (--success) or failed (--no-success)",
-    )  # fmt: skip
+    )
     p.add_argument("--reward", type=float, default=None, help="with --decision (default: none)")
     p.add_argument("--notes", default=None, help="with --decision, short text (default: none)")
     add_url(p)
@@ -104,9 +106,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("version", type=int, nargs="?", help="the version to shadow the live one")
     p.add_argument("--clear", action="store_true", help="stop shadowing")
     p.add_argument(
-        "--promote", action="store_true",
+        "--promote",
+        action="store_true",
         help="make the shadow live if it meets --min-decisions and --min-agreement",
-    )  # fmt: skip
+    )
     p.add_argument("--min-decisions", type=int, default=100, help="with --promote (default: 100)")
     p.add_argument("--min-agreement", type=float, default=0.9, help="with --promote (default: 0.9)")
     add_url(p)
@@ -139,8 +142,13 @@ def _version_line(v: dict[str, Any]) -> str:
 
 def cmd_promote(args: argparse.Namespace) -> int:
     client = Client(args.url)
-    body = {"name": args.name, "run_id": args.run, "abstain_margin": args.abstain_margin,
-            "by": _user(), "log_decisions": args.log_decisions}  # fmt: skip
+    body = {
+        "name": args.name,
+        "run_id": args.run,
+        "abstain_margin": args.abstain_margin,
+        "by": _user(),
+        "log_decisions": args.log_decisions,
+    }
     try:
         version = client._json(client.http.post("/controllers", json=body))
     except ApiCallError as exc:
@@ -236,8 +244,12 @@ def cmd_decide(args: argparse.Namespace) -> int:
         return 0
     d = answer["decisions"][0]
     abstain = "  (abstains)" if d["abstain"] else ""
-    print(printable(f"{d['action']}  margin {d['margin']:.3f}{abstain}  "
-                    f"{answer['controller']} v{answer['version']}"))  # fmt: skip
+    print(
+        printable(
+            f"{d['action']}  margin {d['margin']:.3f}{abstain}  "
+            f"{answer['controller']} v{answer['version']}"
+        )
+    )
     tools = body["rows"][0]["tools"]
     scores = "  ".join(f"{t} {s:.3f}" for t, s in zip(tools, d["scores"], strict=True))
     print(printable(f"  {scores}"))
@@ -315,8 +327,10 @@ def cmd_decisions(args: argparse.Namespace) -> int:
         outcome = d["outcome"]
         told = "-" if outcome is None else ("success" if outcome["success"] else "failure")
         shadow = "" if d["shadow_version"] is None else f"  shadow {d['shadow_action']}"
-        line = (f"{d['id']}  v{d['version']:<3} {d['action']}  margin {d['margin']:.3f}  "
-                f"{told}{shadow}  {d['decided_at'][:19]}")  # fmt: skip
+        line = (
+            f"{d['id']}  v{d['version']:<3} {d['action']}  margin {d['margin']:.3f}  "
+            f"{told}{shadow}  {d['decided_at'][:19]}"
+        )
         print(printable(line))
     if page["next_before"]:
         print(printable(f"(older: --before {page['next_before']})"))
@@ -353,8 +367,10 @@ def cmd_shadow(args: argparse.Namespace) -> int:
     client = Client(args.url)
     base = f"/controllers/{args.name}"
     if args.promote:
-        body: dict[str, Any] = {"min_decisions": args.min_decisions,
-                                "min_agreement": args.min_agreement}  # fmt: skip
+        body: dict[str, Any] = {
+            "min_decisions": args.min_decisions,
+            "min_agreement": args.min_agreement,
+        }
         call = client.http.post(f"{base}/promote-shadow", json=body)
     elif args.clear or args.version is not None:
         version = None if args.clear else args.version

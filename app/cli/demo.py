@@ -152,8 +152,13 @@ def run_demo(client: Client, args: argparse.Namespace) -> int:
             routers[adapter["id"]] = qlora.get("evaluate") or {}
     code = 0
     for router, sizes in routers.items():
-        spec = {"kind": "bench", "bench": "routerbench", "baseline": "none", "router": router,
-                **sizes}  # fmt: skip
+        spec = {
+            "kind": "bench",
+            "bench": "routerbench",
+            "baseline": "none",
+            "router": router,
+            **sizes,
+        }
         bench = submit(client, spec, f"routerBench: {router} vs untrained")
         if bench is None:
             card = artifact(client, router, "scorecard.json")

@@ -124,8 +124,9 @@ def generate_puzzles(args: argparse.Namespace, family: str) -> int:
         if params.side not in (4, 6, 9):
             return _fail("--side: a sudoku is 4, 6 or 9 wide")
     else:
-        asked = given(side=args.side, wall_share=args.wall_share, min_path=args.min_path,
-                      style=args.style)  # fmt: skip
+        asked = given(
+            side=args.side, wall_share=args.wall_share, min_path=args.min_path, style=args.style
+        )
         params = replace(MazeParams(), **asked)
         if not (4 <= params.side <= 64 and params.wall_share < 1):
             return _fail("--side: 4..64 for a maze; --wall-share: under 1")

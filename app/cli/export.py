@@ -72,10 +72,11 @@ def resolve_name(target: str, url: str | None, runs_dir: Path | None) -> tuple[P
     what = f"{name} v{v['version']} ({v['trainer']}, run {v['run_id']})"
     if not folder.is_dir():
         raise ExportError(
-            "runs_dir", f"{what}: its trainer folder {v['trainer_dir']} is not under the runs "
+            "runs_dir",
+            f"{what}: its trainer folder {v['trainer_dir']} is not under the runs "
             f"folder here ({root.resolve()}): run trm export on a host that shares the "
             f"service's RUNS_DIR, pass --runs-dir, or export the run folder by its path",
-        )  # fmt: skip
+        )
     return folder, v["trainer"], what
 
 
@@ -98,19 +99,28 @@ def cmd_export(args: argparse.Namespace) -> int:
     except ApiCallError as exc:
         _fail(exc)
         return 2
-    print(f"exported {report.trainer} {report.model_hash[:12]} to {report.out_dir} "
-          f"({len(report.files)} files)")  # fmt: skip
+    print(
+        f"exported {report.trainer} {report.model_hash[:12]} to {report.out_dir} "
+        f"({len(report.files)} files)"
+    )
     if report.anchors is None:
         print("checked 0 rows: no anchor or val rows beside this model (pass --anchors FILE)")
         return 0
-    print(f"checked {report.checked} rows of {report.anchors}: largest probability difference "
-          f"{report.max_score_diff:.1e} (tolerance {SCORE_TOLERANCE:.0e})")  # fmt: skip
+    print(
+        f"checked {report.checked} rows of {report.anchors}: largest probability difference "
+        f"{report.max_score_diff:.1e} (tolerance {SCORE_TOLERANCE:.0e})"
+    )
     if report.ok:
         print("same action on every row")
         return 0
     for d in report.disagreements[:10]:
-        print(f"  row {d.row}: service {d.service_action!r}, export {d.export_action!r}, "
-              f"probabilities differ by {d.score_diff:.1e}", file=sys.stderr)  # fmt: skip
-    print(f"trm export: {len(report.disagreements)} of {report.checked} rows disagree",
-          file=sys.stderr)  # fmt: skip
+        print(
+            f"  row {d.row}: service {d.service_action!r}, export {d.export_action!r}, "
+            f"probabilities differ by {d.score_diff:.1e}",
+            file=sys.stderr,
+        )
+    print(
+        f"trm export: {len(report.disagreements)} of {report.checked} rows disagree",
+        file=sys.stderr,
+    )
     return 1

@@ -29,8 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="API + one worker (+ an embedded Redis when TRM_REDIS_URL is "
         "unset), SQLite under ./var/ by default",
     )
-    add_address(up, "the API's port; in use: refused (default: TRM_API_PORT or 8000; in use: a "
-                "free one, printed)")  # fmt: skip
+    add_address(
+        up,
+        "the API's port; in use: refused (default: TRM_API_PORT or 8000; in use: a "
+        "free one, printed)",
+    )
     up.set_defaults(func=cmd_up)
     serve = sub.add_parser("serve", help="the API alone")
     add_address(serve, "the API's port (default: TRM_API_PORT or 8000)")

@@ -61,9 +61,11 @@ async def start_bench(
     inside the run first. A bench with nothing to score is a 422 naming `router`."""
     if name not in bench_names():
         raise ApiError(
-            404, "not_found", f"no bench {name!r}; known: {', '.join(bench_names())}",
+            404,
+            "not_found",
+            f"no bench {name!r}; known: {', '.join(bench_names())}",
             {"known": bench_names()},
-        )  # fmt: skip
+        )
     raw = await request.body()
     overrides = parse_json(raw) if raw.strip() else {}
     if not isinstance(overrides, dict):

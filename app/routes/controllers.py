@@ -55,8 +55,9 @@ def promote(
     if body.by:
         problem = string_problem(body.by)
         if problem:
-            raise ApiError(422, "validation_error", f"by: {problem}",
-                           [{"field": "by", "message": problem}])  # fmt: skip
+            raise ApiError(
+                422, "validation_error", f"by: {problem}", [{"field": "by", "message": problem}]
+            )
         who = f"{body.by} ({who})"
     return promotion.promote(app.engine, app.settings, body, who)
 
@@ -156,10 +157,11 @@ async def decide(
     ops.check_name(name)
     if app.decide is None:
         raise ApiError(
-            503, "unavailable",
+            503,
+            "unavailable",
             "no decision process is configured: start one with `trm decide-server` (or `trm up`) "
             "and set TRM_DECIDE_URL for the API",
-        )  # fmt: skip
+        )
     payload = {"controller": name, **body.model_dump(mode="json")}
     # The decision process asks for the same token as the API.
     token = request.headers.get("authorization")
@@ -172,11 +174,12 @@ async def decide(
         answer = await app.decide.post("/decide", content=orjson.dumps(payload), headers=headers)
     except httpx.TransportError as exc:
         raise ApiError(
-            503, "unavailable",
+            503,
+            "unavailable",
             f"the decision process at {app.settings.decide_url} is not answering "
             f"({type(exc).__name__}); is `trm decide-server` running?",
             {"retry_after_s": 2},
-        ) from None  # fmt: skip
+        ) from None
     # The decision process's answer goes out as it came (no parse and dump again per call);
     # anything but its JSON (a proxy's error page) is a 502.
     if not answer.headers.get("content-type", "").startswith("application/json"):
