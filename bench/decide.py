@@ -4,7 +4,8 @@ for a trm and a gbdt, one row per call and 64 rows per call, on routerBench rows
 and the decision process's memory with many versions promoted.
 
     .venv/bin/python bench/decide.py [--rows N] [--threads N] [--epochs N] [--keep DIR] [--json F]
-        [--http-seconds S] [--clients 1,50] [--block N] [--versions 20] [--rounds 3]
+        [--http-seconds S] [--clients 1,50] [--block N] [--heap kept|default] [--versions 20]
+        [--rounds 3]
 
 First, on every row: the decision-time encoder's matrices (worker/decide/fast_encode.py) against
 the general encoder's, bit for bit, and the controller's action against the policy's own
@@ -47,7 +48,8 @@ here first with the trainers' defaults (`--epochs` caps the trm's epochs: the fo
 not depend on them), or reused from a `--keep` folder that holds them. The rows are the corpus's
 anchor and val rows, cycled to `--rows`. torch and numpy's BLAS run on `--threads` threads (1
 by default, as the trainer runs a model this small and the decision process runs them: on a
-busy CPU more threads only wait for each other).
+busy CPU more threads only wait for each other); glibc's malloc keeps its memory between calls as
+the decision process has it (`worker/decide/heap.py`; `--heap default` leaves glibc's own).
 """
 
 from __future__ import annotations
@@ -277,6 +279,13 @@ def main() -> int:
         default=1,
         help="calls of a method in a row before the next method's (1: turn by turn)",
     )
+    parser.add_argument(
+        "--heap",
+        choices=("kept", "default"),
+        default="kept",
+        help="kept: glibc's malloc keeps its memory as the decision process has it "
+        "(worker/decide/heap.py); default: glibc's own thresholds",
+    )
     parser.add_argument("--versions", type=int, default=20, help="versions for the memory check")
     parser.add_argument("--rounds", type=int, default=3, help="round-robin passes over them")
     args = parser.parse_args()
@@ -288,6 +297,10 @@ def main() -> int:
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(args.threads)  # numpy's BLAS as the decision process runs it
+    if args.heap == "kept":  # glibc's malloc as the decision process sets it
+        from worker.decide.heap import keep_heap
+
+        keep_heap()
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="trm-decide-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     corpus, trained = build(workdir, args.epochs)
@@ -297,7 +310,7 @@ def main() -> int:
     print(
         f"{len(rows)} routerBench rows, {mean_tools:.1f} candidates and {mean_chars:.0f} "
         f"state characters a row; torch threads {args.threads}; {args.block} calls of a method "
-        "in a row"
+        f"in a row; heap {args.heap}"
     )
     controllers = {t: load_controller(folder, t) for t, folder in trained.items()}
     for controller in controllers.values():

@@ -81,6 +81,7 @@ from worker.decide.controller import (
     load_controller,
 )
 from worker.decide.dispatch import Answered, Call, Dispatcher
+from worker.decide.heap import keep_heap
 from worker.decide.state_walk import parse_json
 
 log = logging.getLogger("trm.decide")
@@ -315,6 +316,7 @@ class DecideService:
             importlib.import_module(module)
         importlib.import_module("torch").set_num_threads(1)
         one_blas_thread()
+        keep_heap()  # a call's arrays reuse the heap's memory, not fresh pages (heap.py)
         self.warm()
 
 
