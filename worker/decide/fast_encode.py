@@ -79,7 +79,6 @@ from worker.features.cells import move_features, walk_features, window_features
 from worker.features.kinds import name
 from worker.features.plans import plan_features
 from worker.features.row import candidate_features
-from worker.models.encoding import squash
 from worker.models.feature_space import FeatureSpace
 
 TOOLS_CACHE = 1024  # candidate lists whose names and pieces are kept
@@ -190,7 +189,15 @@ class FastEncoder:
         # flag to (row, width + column).
         place = present + (present - columns)
         flat = out.reshape(-1)
-        flat[place] = (squash(values[present]) - self._mean[columns]) / self._scale[columns]
+        # `squash` in place (sign * log1p(|x|): the same products), then cast to float32 before
+        # the scatter (a scatter that casts took three times as long).
+        x = values[present]
+        scaled = np.abs(x)
+        np.log1p(scaled, out=scaled)
+        scaled *= np.sign(x)
+        scaled -= self._mean[columns]
+        scaled /= self._scale[columns]
+        flat[place] = scaled.astype(np.float32)
         flat[place + width] = 1.0
         return out
 
