@@ -224,9 +224,13 @@ def main(payload_path: str) -> int:
     engine = make_engine(settings.database_url, settings.db_pool_size, settings.db_max_overflow)
     token = payload.get("lease_token")
     publisher = Publisher(
-        engine, sync_redis(settings), settings, retry_s=settings.db_retry_s, fence=token,
+        engine,
+        sync_redis(settings),
+        settings,
+        retry_s=settings.db_retry_s,
+        fence=token,
         on_fenced=lambda: setattr(ctx, "stop_reason", FENCED),
-    )  # fmt: skip
+    )
     ctx = StageContext.from_payload(payload, settings, publisher)
     for reason, sig in STOP_SIGNALS.items():
         signal.signal(sig, _stopper(ctx, reason))

@@ -248,8 +248,13 @@ class Runner:
     def _timed_out(self, outcome: dict[str, Any], what: str) -> dict[str, Any]:
         """A stage stopped by the job timeout fails `timeout`, whatever it saved on the way."""
         reason = self._timeout_reason(what)
-        return {**outcome, "ok": False, "failure_class": "timeout", "reason": reason,
-                "stop_reason": None}  # fmt: skip
+        return {
+            **outcome,
+            "ok": False,
+            "failure_class": "timeout",
+            "reason": reason,
+            "stop_reason": None,
+        }
 
     def _run_one(self, stage: StageDef, ctx: StageContext, lease: Lease) -> dict[str, Any]:
         if not stage.in_child:

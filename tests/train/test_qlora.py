@@ -19,7 +19,7 @@ from tests.train.smol_adapter import is_lora, smol_adapter  # noqa: F401
 from worker.context import StageFailure
 from worker.models import base_model, lm
 from worker.models.base_model import BUILTIN, CONVERTED_MARKER, resolve_base_model
-from worker.train import chat_data, checkpoints, qlora
+from worker.train import chat_data, checkpoints, qlora, qlora_parts
 from worker.train.callbacks import TrainerCallbacks
 from worker.train.state_io import load_state
 
@@ -87,7 +87,7 @@ def test_packed_rows_do_not_attend_to_each_other(qlora_corpus, model_cache):
     def loss(sequences: list[list[int]]) -> float:
         with torch.no_grad():
             batch = chat_data.collate(examples, sequences, pad)
-            return qlora.answer_loss(model, batch, device).item()
+            return qlora_parts.answer_loss(model, batch, device).item()
 
     alone, packed, padded = loss([[0]]) + loss([[1]]), loss([[0, 1]]), loss([[0], [1, 0]])
     assert packed == pytest.approx(alone, rel=1e-4)
@@ -113,9 +113,9 @@ def test_an_eval_midway_leaves_the_training_gradients_unchanged(qlora_corpus, mo
         if eval_first:
             model.eval()
             with torch.no_grad():
-                qlora.answer_loss(model, batch, device)
+                qlora_parts.answer_loss(model, batch, device)
         model.train()
-        qlora.answer_loss(model, batch, device).backward()
+        qlora_parts.answer_loss(model, batch, device).backward()
         return {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
 
     plain, after_eval = lora_grads(False), lora_grads(True)

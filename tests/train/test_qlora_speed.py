@@ -13,7 +13,7 @@ import torch
 from core.schemas.train import SPEED_MEMORY_MB
 from tests.train.qlora_fixtures import TINY_LLAMA, model_cache, qlora_corpus  # noqa: F401
 from worker.models import lm
-from worker.train import chat_data, qlora
+from worker.train import chat_data, qlora, qlora_parts
 from worker.train.callbacks import TrainerCallbacks
 
 pytestmark = pytest.mark.timeout(300)
@@ -22,7 +22,7 @@ LORA = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "k_pro
 
 def loss_and_grads(model, batch) -> tuple[float, dict[str, torch.Tensor]]:
     model.zero_grad(set_to_none=True)
-    loss = qlora.answer_loss(model, batch, torch.device("cpu"))
+    loss = qlora_parts.answer_loss(model, batch, torch.device("cpu"))
     loss.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return loss.item(), grads

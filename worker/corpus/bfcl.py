@@ -104,8 +104,12 @@ def called_functions(path: Path, progress: Callable[[int], None]) -> dict[str, s
         truth = obj.get("ground_truth") if isinstance(obj, dict) else None
         if not isinstance(obj, dict) or not isinstance(obj.get("id"), str):
             raise _refuse(path, lineno, "want an object with a string id")
-        if not (isinstance(truth, list) and len(truth) == 1 and isinstance(truth[0], dict)
-                and len(truth[0]) == 1):  # fmt: skip
+        if not (
+            isinstance(truth, list)
+            and len(truth) == 1
+            and isinstance(truth[0], dict)
+            and len(truth[0]) == 1
+        ):
             raise _refuse(path, lineno, "ground_truth must be exactly one call ([{name: args}])")
         called[obj["id"]] = next(iter(truth[0]))
     return called
@@ -118,8 +122,11 @@ def _question(obj: dict[str, Any], path: Path, lineno: int) -> str:
     said = []
     for turn in turns:
         for message in turn:
-            if not (isinstance(message, dict) and isinstance(message.get("role"), str)
-                    and isinstance(message.get("content"), str)):  # fmt: skip
+            if not (
+                isinstance(message, dict)
+                and isinstance(message.get("role"), str)
+                and isinstance(message.get("content"), str)
+            ):
                 raise _refuse(path, lineno, "a question message wants a string role and content")
             if message["role"] == "user":
                 said.append(message["content"])
@@ -140,8 +147,11 @@ def _functions(obj: dict[str, Any], path: Path, lineno: int) -> list[dict[str, A
         description = item.get("description", "")
         parameters = item.get("parameters", {})
         if not isinstance(description, str) or not isinstance(parameters, dict):
-            raise _refuse(path, lineno, f"function {name!r}: description must be a string and "
-                          "parameters an object")  # fmt: skip
+            raise _refuse(
+                path,
+                lineno,
+                f"function {name!r}: description must be a string and parameters an object",
+            )
         functions.append({"name": name, "description": description, "parameters": parameters})
     names = [f["name"] for f in functions]
     if len(set(names)) != len(names) or NO_CALL in names:
@@ -171,31 +181,55 @@ def read_rows(
             called = called_functions(answers, progress)
         for lineno, obj in _json_lines(path, progress):
             tally.rows_read += 1
-            if not isinstance(obj, dict) or not isinstance(obj.get("id"), str):
-                raise _refuse(path, lineno, "want an object with a string id")
-            row_id = obj["id"]
-            question = _question(obj, path, lineno)
-            functions = _functions(obj, path, lineno)
-            tools = [f["name"] for f in functions] + [NO_CALL]
-            if category in ABSTAIN_CATEGORIES:
-                action = NO_CALL
-            elif row_id not in called:
-                raise _refuse(path, lineno, f"no possible answer has id {row_id!r}")
-            elif called[row_id] not in tools[:-1]:
-                raise _refuse(path, lineno, f"the answer calls {called[row_id]!r}, which is not "
-                              "offered")  # fmt: skip
-            else:
-                action = called[row_id]
-            env = function_set(tools[:-1])
-            state_obj = {"question": question, "functions": functions}
-            meta = {
-                "source_name": source.name, "source_type": source.type, "env": env,
-                "run": category, "episode": row_id, "family": category, "path": path.name,
-                "line": lineno, "category": category, "id": row_id,
-            }  # fmt: skip
-            rows.append(Row(
-                _compact(state_obj), state_obj, tools, action, meta, source.name,
-                env, category, row_id, category, False, False,
-            ))  # fmt: skip
+            rows.append(_line_row(source, path, lineno, obj, category, called))
             tally.kinds[category] = tally.kinds.get(category, 0) + 1
     return rows
+
+
+def _line_row(
+    source: BfclSource, path: Path, lineno: int, obj: Any, category: str, called: dict[str, str]
+) -> Row:
+    """The question on line `lineno` of `path` as a Row, its action the function the answer
+    calls (`called`, by id), or no call in an abstaining category; a bad line is refused."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("id"), str):
+        raise _refuse(path, lineno, "want an object with a string id")
+    row_id = obj["id"]
+    question = _question(obj, path, lineno)
+    functions = _functions(obj, path, lineno)
+    tools = [f["name"] for f in functions] + [NO_CALL]
+    if category in ABSTAIN_CATEGORIES:
+        action = NO_CALL
+    elif row_id not in called:
+        raise _refuse(path, lineno, f"no possible answer has id {row_id!r}")
+    elif called[row_id] not in tools[:-1]:
+        raise _refuse(path, lineno, f"the answer calls {called[row_id]!r}, which is not offered")
+    else:
+        action = called[row_id]
+    env = function_set(tools[:-1])
+    state_obj = {"question": question, "functions": functions}
+    meta = {
+        "source_name": source.name,
+        "source_type": source.type,
+        "env": env,
+        "run": category,
+        "episode": row_id,
+        "family": category,
+        "path": path.name,
+        "line": lineno,
+        "category": category,
+        "id": row_id,
+    }
+    return Row(
+        _compact(state_obj),
+        state_obj,
+        tools,
+        action,
+        meta,
+        source.name,
+        env,
+        category,
+        row_id,
+        category,
+        False,
+        False,
+    )

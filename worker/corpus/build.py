@@ -326,9 +326,21 @@ def _plan(spec: CorpusSpec, pool: list[Row]) -> _Plan:
         "negative_rate": neg_effect,
     }
     return _Plan(
-        level, level_why, val_why, anchors, below, counts,
-        train, val, anchor, critic, effects, dropped, groups, warnings,
-    )  # fmt: skip
+        level,
+        level_why,
+        val_why,
+        anchors,
+        below,
+        counts,
+        train,
+        val,
+        anchor,
+        critic,
+        effects,
+        dropped,
+        groups,
+        warnings,
+    )
 
 
 def _manifest(

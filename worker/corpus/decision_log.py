@@ -71,18 +71,39 @@ def _row(source: DecisionLogSource, record: DecisionRecord) -> Row:
     state, state_obj = state_text(record.state)
     where = f"{record.name}@v{record.version}"
     meta: dict[str, Any] = {
-        "source_name": source.name, "source_type": source.type, "env": where, "run": where,
-        "path": LABEL, "line": None, "episode": record.id, "family": env_family(record.name),
-        "decision_id": record.id, "controller": record.name, "version": record.version,
-        "success": record.success, "reward": record.reward, "abstain": record.abstain,
-        "margin": record.margin, "decided_at": record.decided_at.isoformat(),
-    }  # fmt: skip
+        "source_name": source.name,
+        "source_type": source.type,
+        "env": where,
+        "run": where,
+        "path": LABEL,
+        "line": None,
+        "episode": record.id,
+        "family": env_family(record.name),
+        "decision_id": record.id,
+        "controller": record.name,
+        "version": record.version,
+        "success": record.success,
+        "reward": record.reward,
+        "abstain": record.abstain,
+        "margin": record.margin,
+        "decided_at": record.decided_at.isoformat(),
+    }
     if record.notes:
         meta["notes"] = record.notes
     negative = not record.success
     if negative:
         meta["kind"] = "failed_outcome"
     return Row(
-        state, state_obj, list(record.tools), record.action, meta, source.name,
-        where, where, record.id, meta["family"], negative, False,
-    )  # fmt: skip
+        state,
+        state_obj,
+        list(record.tools),
+        record.action,
+        meta,
+        source.name,
+        where,
+        where,
+        record.id,
+        meta["family"],
+        negative,
+        False,
+    )

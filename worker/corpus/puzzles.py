@@ -148,7 +148,7 @@ def build_puzzle_corpus(spec: CorpusSpec, out_dir: Path, *, dry_run: bool = Fals
             "seed": spec.split.seed,
             "val_fraction": spec.split.val_fraction,
             "anchor_sources": [s for s in spec.split.anchor],
-        },  # fmt: skip
+        },
         "counters": counters,
         "sources": per_source,
     }

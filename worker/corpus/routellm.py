@@ -171,7 +171,7 @@ def read_rows(
                     env_family(env),
                     False,
                     False,
-                )  # fmt: skip
+                )
             )
     return rows
 

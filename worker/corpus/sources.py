@@ -253,10 +253,20 @@ def _play_row(
         meta["kind"] = kind
     tags = event.get("action_tags")
     return Row(
-        state, state_obj, tools, tools[index], meta, source.name,
-        world, run, episode, family, negative, recovery,
+        state,
+        state_obj,
+        tools,
+        tools[index],
+        meta,
+        source.name,
+        world,
+        run,
+        episode,
+        family,
+        negative,
+        recovery,
         tags=_str_map(tags) if isinstance(tags, dict) else world_tags(path.parent),
-    )  # fmt: skip
+    )
 
 
 def _str_map(value: dict[Any, Any]) -> dict[str, str]:
@@ -328,9 +338,21 @@ def _finish(
     if kind:
         meta["kind"] = kind
     return Row(
-        state[0], state[1], tools, action, meta, source.name,
-        env, run, episode, family, negative, recovery, answer=answer, tags=tags or {},
-    )  # fmt: skip
+        state[0],
+        state[1],
+        tools,
+        action,
+        meta,
+        source.name,
+        env,
+        run,
+        episode,
+        family,
+        negative,
+        recovery,
+        answer=answer,
+        tags=tags or {},
+    )
 
 
 def _normalized_row(

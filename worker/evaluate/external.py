@@ -128,8 +128,9 @@ def evaluate_external(ctx: StageContext, resolved: dict[str, Any]) -> dict[str, 
         if "policy" in info:
             # A train run's corpus: what it trained on, which must not hold the anchors.
             corpus = ctx.settings.run_dir(info["run_id"]) / CORPUS if "run_id" in info else None
-            models.append(Scored(side, load_policy(info["policy"]), info.get("knobs") or {},
-                                 corpus))  # fmt: skip
+            models.append(
+                Scored(side, load_policy(info["policy"]), info.get("knobs") or {}, corpus)
+            )
     seeds = [resolved["seed"] + r for r in range(resolved["repeats"])]
     data = Path(resolved["data"]) if resolved.get("data") else None
     try:
@@ -168,8 +169,9 @@ def scorecard(run_id: str, resolved: dict[str, Any], rows: list[BenchRow]) -> di
     by_method: dict[str, list[BenchRow]] = {}
     for row in rows:
         by_method.setdefault(row.method, []).append(row)
-    router = _side(resolved["router"]["ref"], resolved["router"]["policy"]["type"],
-                   by_method["router"])  # fmt: skip
+    router = _side(
+        resolved["router"]["ref"], resolved["router"]["policy"]["type"], by_method["router"]
+    )
     base_info = resolved["baseline"]
     if "policy" in base_info:
         baseline = _side(base_info["ref"], base_info["policy"]["type"], by_method["baseline"])

@@ -71,11 +71,15 @@ def evaluate_stage(
     launched = json.loads((ctx.run_dir / "launch_trainer" / MANIFEST).read_text(encoding="utf-8"))
     sizes = TrainEvaluateConfig.model_validate(spec.get("evaluate") or {})
     card, samples = evaluate_grid(
-        corpus_dir, out_dir, launched.get("result") or {}, seed=int(resolved["seed"] or 0),
-        train_sample=sizes.train_sample, probe=bool(resolved["probe"]),
+        corpus_dir,
+        out_dir,
+        launched.get("result") or {},
+        seed=int(resolved["seed"] or 0),
+        train_sample=sizes.train_sample,
+        probe=bool(resolved["probe"]),
         should_stop=ctx.should_stop,
         progress=lambda done, total: ctx.progress(done, total, unit="puzzles"),
-    )  # fmt: skip
+    )
     card.update(run_id=ctx.run_id, trainer="trm_grid", corpus_hash=resolved["corpus_hash"])
     write_json_atomic(ctx.run_dir / SCORECARD, card)
     write_samples(ctx.run_dir / SAMPLES, samples)
@@ -86,9 +90,13 @@ def evaluate_stage(
         ctx.note(note)
     show_best(ctx.card, card)
     ctx.progress(
-        1, 1, unit="puzzles", current_anchor=card["anchor_score"],
-        current_train=card["train_score"], current_gap=card["generalization_gap"],
-    )  # fmt: skip
+        1,
+        1,
+        unit="puzzles",
+        current_anchor=card["anchor_score"],
+        current_train=card["train_score"],
+        current_gap=card["generalization_gap"],
+    )
     one_step = (card["references"].get("one_step") or {}).get("anchor_score") or {}
     return {
         **sc.headline(card),
@@ -116,8 +124,12 @@ def evaluate_grid(
     train_set = PuzzleSet.load(corpus_dir / "train")
     anchors = PuzzleSet.load(corpus_dir / "anchor")
     pick = np.random.default_rng(seed).permutation(len(train_set))[:train_sample]
-    sample = PuzzleSet(train_set.family, train_set.params, train_set.inputs[np.sort(pick)],
-                       train_set.labels[np.sort(pick)])  # fmt: skip
+    sample = PuzzleSet(
+        train_set.family,
+        train_set.params,
+        train_set.inputs[np.sort(pick)],
+        train_set.labels[np.sort(pick)],
+    )
     if probe:
         sample, anchors = sample.take(slice(0, 1)), anchors.take(slice(0, 1))
     total = len(sample) + len(anchors)
@@ -150,7 +162,7 @@ def evaluate_grid(
         "recursion": {
             k: getattr(config, k)
             for k in ("n_recursions", "cycles", "supervision_steps", "gradient")
-        },  # fmt: skip
+        },
         "steps": trained.get("steps"),
         "best_step": trained.get("best_step"),
         "curve": trained.get("curve") or [],

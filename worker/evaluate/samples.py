@@ -78,9 +78,10 @@ def run_sample_cache(runs_dir: Path, run_dir: Path, model_hash: str) -> SampleCa
     # Each file must resolve inside its own run's directory: a symlink planted in a run
     # directory never makes the cache read a file from elsewhere.
     others = sorted(
-        p for p in found
+        p
+        for p in found
         if p.resolve() != own.resolve() and under(p.parents[len(CACHE_DIR.parts)], p)
-    )  # fmt: skip
+    )
     return SampleCache(own, others)
 
 

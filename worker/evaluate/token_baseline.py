@@ -37,9 +37,12 @@ class TokenLinearPolicy(Policy):
         from sklearn.linear_model import LogisticRegression
 
         self.vectorizer = TfidfVectorizer(
-            analyzer="char", ngram_range=NGRAMS, max_features=MAX_TERMS, sublinear_tf=True,
+            analyzer="char",
+            ngram_range=NGRAMS,
+            max_features=MAX_TERMS,
+            sublinear_tf=True,
             dtype=np.float32,
-        )  # fmt: skip
+        )
         states = self.vectorizer.fit_transform([r["state"] for r in rows])
         self.ids = {}
         for row in rows:

@@ -136,15 +136,19 @@ def locate(data: Path | None) -> Path:
     if data is None:
         installed = bfcl_data_folder()
         if installed is None:
-            raise FileNotFoundError(f"no BFCL data: {INSTALL}, or name a copy of a checkout's "
-                                    "bfcl_eval/data (the bench's `data`; bench/external.py: "
-                                    "--data bfcl=PATH)")  # fmt: skip
+            raise FileNotFoundError(
+                f"no BFCL data: {INSTALL}, or name a copy of a checkout's "
+                "bfcl_eval/data (the bench's `data`; bench/external.py: "
+                "--data bfcl=PATH)"
+            )
         data = Path(installed)
     folder = data_folder(Path(data))
     if folder is None:
-        raise FileNotFoundError(f"{data} holds no BFCL_v4_*.json (want a copy of a "
-                                f"checkout's bfcl_eval/data); or leave the data out and "
-                                f"{INSTALL}")  # fmt: skip
+        raise FileNotFoundError(
+            f"{data} holds no BFCL_v4_*.json (want a copy of a "
+            f"checkout's bfcl_eval/data); or leave the data out and "
+            f"{INSTALL}"
+        )
     return folder
 
 
@@ -198,12 +202,12 @@ def split_spec(folder: Path, categories: Sequence[str], anchors: list[str]) -> d
     """A corpus of the categories holding the function sets `anchors` out as anchors (never
     trained on) and splitting the rest by env into train and val."""
     return {
-        "sources": [{"type": "bfcl", "name": "bfcl", "path": str(folder),
-                     "categories": list(categories)}],
-        "split": {"by": "env", "seed": FOLD_SEED, "val_fraction": VAL_FRACTION,
-                  "anchor": anchors},
+        "sources": [
+            {"type": "bfcl", "name": "bfcl", "path": str(folder), "categories": list(categories)}
+        ],
+        "split": {"by": "env", "seed": FOLD_SEED, "val_fraction": VAL_FRACTION, "anchor": anchors},
         "dedupe": False,
-    }  # fmt: skip
+    }
 
 
 def corpus_spec(folder: Path, categories: Sequence[str] = CATEGORIES) -> dict[str, Any]:
@@ -219,19 +223,33 @@ def build_fold(
     build_corpus(CorpusSpec.model_validate(spec), out)
     anchors = _read_jsonl(out / "anchor.jsonl")
     seen = {
-        name for split in ("train", "val") for row in _read_jsonl(out / f"{split}.jsonl")
+        name
+        for split in ("train", "val")
+        for row in _read_jsonl(out / f"{split}.jsonl")
         for name in row["tools"]
-    }  # fmt: skip
-    fold = Fold(out, [r["state"] for r in anchors], [r["tools"] for r in anchors],
-                [r["meta"]["id"] for r in anchors], [r["meta"]["category"] for r in anchors],
-                [r["action"] for r in anchors])  # fmt: skip
+    }
+    fold = Fold(
+        out,
+        [r["state"] for r in anchors],
+        [r["tools"] for r in anchors],
+        [r["meta"]["id"] for r in anchors],
+        [r["meta"]["category"] for r in anchors],
+        [r["action"] for r in anchors],
+    )
     for category in categories:
-        offered = {name for row in anchors if row["meta"]["category"] == category
-                   for name in row["tools"] if name != NO_CALL}  # fmt: skip
+        offered = {
+            name
+            for row in anchors
+            if row["meta"]["category"] == category
+            for name in row["tools"]
+            if name != NO_CALL
+        }
         fold.names[category] = (len(offered), len(offered - seen))
     unseen = ", ".join(f"{c} {new}/{n}" for c, (n, new) in fold.names.items())
-    log(f"bfcl {label}: {len(spec['split']['anchor'])} function sets, {len(anchors)} anchor "
-        f"rows; anchor function names never in train or val: {unseen}")  # fmt: skip
+    log(
+        f"bfcl {label}: {len(spec['split']['anchor'])} function sets, {len(anchors)} anchor "
+        f"rows; anchor function names never in train or val: {unseen}"
+    )
     return fold
 
 
@@ -263,8 +281,9 @@ def picks(policy: Policy, fold: Fold) -> dict[str, str]:
     for start in range(0, len(fold.states), SCORE_BATCH):
         stop = start + SCORE_BATCH
         scored = policy.scores_batch(fold.states[start:stop], fold.tools[start:stop])
-        for row_id, options, scores in zip(fold.ids[start:stop], fold.tools[start:stop], scored,
-                                           strict=True):  # fmt: skip
+        for row_id, options, scores in zip(
+            fold.ids[start:stop], fold.tools[start:stop], scored, strict=True
+        ):
             out[row_id] = options[argmax(scores)]
     return out
 
@@ -283,8 +302,18 @@ def score_rows(
     def row(anchors: str, metric: str, values: list[float], **kw: Any) -> BenchRow:
         s = scorecard.score(values)
         ci = (float(s["ci95"][0]), float(s["ci95"][1]))
-        return BenchRow("bfcl", anchors, method, metric, float(s["value"] or 0.0), ci, len(values),
-                        len(runs), seconds, **kw)  # fmt: skip
+        return BenchRow(
+            "bfcl",
+            anchors,
+            method,
+            metric,
+            float(s["value"] or 0.0),
+            ci,
+            len(values),
+            len(runs),
+            seconds,
+            **kw,
+        )
 
     rows = []
     learned = method not in BASELINES  # a trained model: how new the anchors' names are
@@ -305,8 +334,9 @@ def score_rows(
             rows.append(row(name, "abstain_recall", recall))
     false_abstain = outcomes(CHOICE_SETS, lambda i, pick: pick == NO_CALL)
     if false_abstain:
-        rows.append(row("+".join(CHOICE_SETS), "false_abstain", false_abstain,
-                        higher_is_better=False))  # fmt: skip
+        rows.append(
+            row("+".join(CHOICE_SETS), "false_abstain", false_abstain, higher_is_better=False)
+        )
     return rows
 
 
@@ -375,12 +405,18 @@ class BfclBench:
             shaped, knobs = fold, reshaping(model.knobs)
             if knobs:
                 digest = hashlib.sha256(json.dumps(knobs, sort_keys=True).encode())
-                shaped = build_fold({**spec, "knobs": knobs},
-                                    work / f"corpus-{digest.hexdigest()[:12]}", self.categories,
-                                    log, f"bench split shaped for {model.name}")  # fmt: skip
+                shaped = build_fold(
+                    {**spec, "knobs": knobs},
+                    work / f"corpus-{digest.hexdigest()[:12]}",
+                    self.categories,
+                    log,
+                    f"bench split shaped for {model.name}",
+                )
                 if shaped.ids != fold.ids:
-                    raise ValueError(f"{model.name}: its corpus knobs {knobs} change which "
-                                     "rows are anchors; bench it without them")  # fmt: skip
+                    raise ValueError(
+                        f"{model.name}: its corpus knobs {knobs} change which "
+                        "rows are anchors; bench it without them"
+                    )
             rows += score_rows(model.name, [fold], [picks(model.policy, shaped)], None)
             log(f"bfcl {model.name}: scored on {len(fold.ids)} anchor rows")
         return rows
@@ -396,18 +432,29 @@ class BfclBench:
                 continue
             lexical = found.get((name, "lexical", "accuracy"))
             if lexical is not None:
-                out.append((f"{name}: trm above the lexical pick", trm.value > lexical.value,
-                            f"{trm.value:.3f} {_ci(trm)} vs {lexical.value:.3f}"))  # fmt: skip
+                out.append(
+                    (
+                        f"{name}: trm above the lexical pick",
+                        trm.value > lexical.value,
+                        f"{trm.value:.3f} {_ci(trm)} vs {lexical.value:.3f}",
+                    )
+                )
             out.append((f"{name}: trm >= {goal}", trm.value >= goal, f"{trm.value:.3f}"))
             gbdt = found.get((name, "gbdt", "accuracy"))
             if gbdt is not None:
-                out.append((f"{name}: trm >= gbdt - 0.02", trm.value >= gbdt.value - 0.02,
-                            f"{trm.value:.3f} vs {gbdt.value:.3f}"))  # fmt: skip
+                out.append(
+                    (
+                        f"{name}: trm >= gbdt - 0.02",
+                        trm.value >= gbdt.value - 0.02,
+                        f"{trm.value:.3f} vs {gbdt.value:.3f}",
+                    )
+                )
         for name in ABSTAIN_SETS:
             trm = found.get((name, "trm", "abstain_recall"))
             if trm is not None:
-                out.append((f"{name}: trm abstain recall (reported)", True,
-                            f"{trm.value:.3f} {_ci(trm)}"))  # fmt: skip
+                out.append(
+                    (f"{name}: trm abstain recall (reported)", True, f"{trm.value:.3f} {_ci(trm)}")
+                )
         return out
 
 

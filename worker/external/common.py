@@ -126,11 +126,22 @@ def train_policy(
         from worker.train import qlora
 
         cache = model_cache or out.parent / "models"
-        qlora.train({**qlora_sizing(), **knobs}, corpus, out, TrainerCallbacks(),
-                    seed=seed, contract="action_only", probe=False,
-                    model_cache=cache)  # fmt: skip
-        ref = {"type": "qlora", "path": str(out / "adapter"), "contract": "action_only",
-               "model_cache": str(cache)}  # fmt: skip
+        qlora.train(
+            {**qlora_sizing(), **knobs},
+            corpus,
+            out,
+            TrainerCallbacks(),
+            seed=seed,
+            contract="action_only",
+            probe=False,
+            model_cache=cache,
+        )
+        ref = {
+            "type": "qlora",
+            "path": str(out / "adapter"),
+            "contract": "action_only",
+            "model_cache": str(cache),
+        }
     else:
         raise ValueError(f"unknown method {method!r}; learned methods: {', '.join(LEARNED)}")
     seconds = time.perf_counter() - started

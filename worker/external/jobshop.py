@@ -171,8 +171,10 @@ class JobShopBench:
             try:
                 return {name: benchmark(ANCHORS[name][: self.instances]) for name in self.anchors}
             except ImportError:
-                raise FileNotFoundError(f"no Taillard instances: {INSTALL}, or name a folder of "
-                                        "instance files with `data`") from None  # fmt: skip
+                raise FileNotFoundError(
+                    f"no Taillard instances: {INSTALL}, or name a folder of "
+                    "instance files with `data`"
+                ) from None
         found = read_folder(data) if data.exists() else []
         if not found:
             raise FileNotFoundError(
@@ -213,16 +215,21 @@ class JobShopBench:
                 "machines": list(self.train_machines),
                 "seed": self.train_seed,
             }
-        spec = CorpusSpec.model_validate({
-            "sources": [source], "split": {"by": "env", "seed": 0, "val_fraction": 0.2},
-            "min_exact_positives": 0,
-        })  # fmt: skip
+        spec = CorpusSpec.model_validate(
+            {
+                "sources": [source],
+                "split": {"by": "env", "seed": 0, "val_fraction": 0.2},
+                "min_exact_positives": 0,
+            }
+        )
         out = work / f"jobshop-corpus-{Path(source['path']).name}-{self.scheme}"
         started = time.perf_counter()
         result = build_corpus(spec, out)
         counts = result.counters
-        log(f"jobshop corpus: {counts.get('train')} train / {counts.get('val')} val "
-            f"rows from {source['path']} in {time.perf_counter() - started:.0f} s")  # fmt: skip
+        log(
+            f"jobshop corpus: {counts.get('train')} train / {counts.get('val')} val "
+            f"rows from {source['path']} in {time.perf_counter() - started:.0f} s"
+        )
         return out
 
     def run(
@@ -259,24 +266,33 @@ class JobShopBench:
         for model in models:
             knobs = reshaping(model.knobs)
             if knobs:
-                raise ValueError(f"{model.name}: its corpus knobs {knobs} reshape the "
-                                 "states it reads, and a rollout's states are not reshaped; "
-                                 "bench a model trained without them")  # fmt: skip
+                raise ValueError(
+                    f"{model.name}: its corpus knobs {knobs} reshape the "
+                    "states it reads, and a rollout's states are not reshaped; "
+                    "bench a model trained without them"
+                )
             overlap = names & trained_envs(model.corpus)
             if overlap:
-                raise ScoreRefused(f"{model.name} trained on the anchor instances "
-                                   f"{', '.join(sorted(overlap))}")  # fmt: skip
+                raise ScoreRefused(
+                    f"{model.name} trained on the anchor instances {', '.join(sorted(overlap))}"
+                )
             scheme = trained_scheme(model.corpus) or self.scheme
-            scorer = bounded(model.policy.scores_batch, DECISION_SHARE * operations,
-                             self.max_seconds, f"{model.name}'s rollouts", log)  # fmt: skip
+            scorer = bounded(
+                model.policy.scores_batch,
+                DECISION_SHARE * operations,
+                self.max_seconds,
+                f"{model.name}'s rollouts",
+                log,
+            )
             for anchors, instances in sets.items():
                 started = time.perf_counter()
                 found = gaps(instances, run_policy(instances, scorer, scheme))
                 seconds = (time.perf_counter() - started) / len(instances)
-                rows.append(self._row(anchors, model.name, [[g] for g in found], 1, None,
-                                      seconds))  # fmt: skip
-                log(f"jobshop {model.name} ({scheme_name(scheme)}) {anchors}: mean gap "
-                    f"{np.mean(found):.1%} over {len(instances)} instances")  # fmt: skip
+                rows.append(self._row(anchors, model.name, [[g] for g in found], 1, None, seconds))
+                log(
+                    f"jobshop {model.name} ({scheme_name(scheme)}) {anchors}: mean gap "
+                    f"{np.mean(found):.1%} over {len(instances)} instances"
+                )
         return rows
 
     def _rules(self, sets: dict[str, list[Instance]], seeds: list[int], log: Log) -> list[BenchRow]:
@@ -287,23 +303,44 @@ class JobShopBench:
                     started = time.perf_counter()
                     found = gaps(instances, [run_rule(x, rule, scheme) for x in instances])
                     seconds = (time.perf_counter() - started) / len(instances)
-                    rows.append(self._row(anchors, f"{rule_name}/{scheme_name(scheme)}",
-                                          [[g] for g in found], 1, None, seconds))  # fmt: skip
+                    rows.append(
+                        self._row(
+                            anchors,
+                            f"{rule_name}/{scheme_name(scheme)}",
+                            [[g] for g in found],
+                            1,
+                            None,
+                            seconds,
+                        )
+                    )
                 per_seed = [
                     gaps(instances, [run_rule(x, random_rule(s), scheme) for x in instances])
                     for s in seeds
                 ]
                 per_instance = [list(g) for g in zip(*per_seed, strict=True)]
-                rows.append(self._row(anchors, f"random/{scheme_name(scheme)}", per_instance,
-                                      len(seeds), None, 0.0))  # fmt: skip
+                rows.append(
+                    self._row(
+                        anchors,
+                        f"random/{scheme_name(scheme)}",
+                        per_instance,
+                        len(seeds),
+                        None,
+                        0.0,
+                    )
+                )
             best = min((r for r in rows if r.anchors == anchors), key=lambda r: r.value)
             log(f"{anchors}: best rule {best.method} {best.value:.1%}")
         return rows
 
     def _learned(
-        self, method: str, corpus: Path, work: Path, sets: dict[str, list[Instance]],
-        seeds: list[int], log: Log,
-    ) -> list[BenchRow]:  # fmt: skip
+        self,
+        method: str,
+        corpus: Path,
+        work: Path,
+        sets: dict[str, list[Instance]],
+        seeds: list[int],
+        log: Log,
+    ) -> list[BenchRow]:
         per_set: dict[str, list[list[float]]] = {k: [[] for _ in v] for k, v in sets.items()}
         seconds: dict[str, float] = dict.fromkeys(sets, 0.0)
         trained = []
@@ -319,8 +356,10 @@ class JobShopBench:
                 found = gaps(instances, makespans)
                 for i, g in enumerate(found):
                     per_set[anchors][i].append(g)
-                log(f"  {method} seed {seed} {anchors}: mean gap {np.mean(found):.1%} "
-                    f"(train {spent:.0f} s)")  # fmt: skip
+                log(
+                    f"  {method} seed {seed} {anchors}: mean gap {np.mean(found):.1%} "
+                    f"(train {spent:.0f} s)"
+                )
         train_seconds = float(np.mean(trained))
         name = f"{method}/{scheme_name(self.scheme)}"
         return [
@@ -331,24 +370,37 @@ class JobShopBench:
                 len(seeds),
                 train_seconds,
                 seconds[anchors] / len(seeds),
-            )  # fmt: skip
+            )
             for anchors in sets
         ]
 
     def _row(
-        self, anchors: str, method: str, per_instance: list[list[float]], seeds: int,
-        train_seconds: float | None, rollout_seconds: float,
-    ) -> BenchRow:  # fmt: skip
+        self,
+        anchors: str,
+        method: str,
+        per_instance: list[list[float]],
+        seeds: int,
+        train_seconds: float | None,
+        rollout_seconds: float,
+    ) -> BenchRow:
         means = [float(np.mean(g)) for g in per_instance]
         extra = {"rollout_seconds_per_instance": round(rollout_seconds, 4)}
         if seeds > 1:
             for k in range(seeds):
                 extra[f"seed{k}_mean_gap"] = float(np.mean([g[k] for g in per_instance]))
         return BenchRow(
-            dataset="jobshop", anchors=anchors, method=method, metric="mean_gap",
-            value=float(np.mean(means)), ci95=bootstrap_ci(means), n=len(means), seeds=seeds,
-            train_seconds=train_seconds, higher_is_better=False, extra=extra,
-        )  # fmt: skip
+            dataset="jobshop",
+            anchors=anchors,
+            method=method,
+            metric="mean_gap",
+            value=float(np.mean(means)),
+            ci95=bootstrap_ci(means),
+            n=len(means),
+            seeds=seeds,
+            train_seconds=train_seconds,
+            higher_is_better=False,
+            extra=extra,
+        )
 
 
 BENCH = JobShopBench()

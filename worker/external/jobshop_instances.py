@@ -105,9 +105,11 @@ def parse_instance(text: str, name: str, path: Path | str = "<text>") -> Instanc
         at = body_rows[0][0] if body_rows else head_line
         found = len(body_rows[0][1]) if body_rows else 0
         raise InstanceFileError(
-            path, at, f"expected {2 * m} numbers ({m} pairs `machine duration`) or {m} "
+            path,
+            at,
+            f"expected {2 * m} numbers ({m} pairs `machine duration`) or {m} "
             f"(Taillard's durations), found {found}",
-        )  # fmt: skip
+        )
     upper = head[4] if len(head) >= 6 else None
     lower = head[5] if len(head) >= 6 else None
     optimum = upper if upper is not None and upper == lower else None
@@ -131,8 +133,11 @@ def _or_library(
     jobs = []
     for line, numbers in rows[:n]:
         if len(numbers) != 2 * m:
-            raise InstanceFileError(path, line, f"expected {2 * m} numbers ({m} pairs "
-                                    f"`machine duration`), found {len(numbers)}")  # fmt: skip
+            raise InstanceFileError(
+                path,
+                line,
+                f"expected {2 * m} numbers ({m} pairs `machine duration`), found {len(numbers)}",
+            )
         pairs = zip(numbers[0::2], numbers[1::2], strict=True)
         jobs.append(tuple(_check(path, line, mach, dur, m) for mach, dur in pairs))
     if len(rows) > n:
@@ -145,8 +150,12 @@ def _taillard(
 ) -> tuple[tuple[Operation, ...], ...]:
     if len(rows) < 2 * n:
         last = rows[-1][0]
-        raise InstanceFileError(path, last, f"the file ends after {len(rows)} of {2 * n} lines "
-                                f"({n} of durations, then {n} of machines)")  # fmt: skip
+        raise InstanceFileError(
+            path,
+            last,
+            f"the file ends after {len(rows)} of {2 * n} lines "
+            f"({n} of durations, then {n} of machines)",
+        )
     for line, numbers in rows[: 2 * n]:
         if len(numbers) != m:
             raise InstanceFileError(path, line, f"expected {m} numbers, found {len(numbers)}")
@@ -161,9 +170,11 @@ def _taillard(
 
 def read_folder(folder: Path) -> list[Instance]:
     """Every `*.txt` / `*.jss` instance of a folder (or the one file), by name."""
-    files = [folder] if folder.is_file() else sorted(
-        p for p in folder.iterdir() if p.is_file() and p.suffix in (".txt", ".jss")
-    )  # fmt: skip
+    files = (
+        [folder]
+        if folder.is_file()
+        else sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in (".txt", ".jss"))
+    )
     return [read_instance(p) for p in files]
 
 
@@ -177,8 +188,16 @@ def benchmark(names: Sequence[str]) -> list[Instance]:
         lib = load_benchmark_instance(name)
         jobs = tuple(tuple(Operation(op.machine_id, op.duration) for op in job) for job in lib.jobs)
         meta = lib.metadata
-        out.append(Instance(name, jobs, lib.num_machines, meta.get("optimum"),
-                            meta.get("upper_bound"), meta.get("lower_bound")))  # fmt: skip
+        out.append(
+            Instance(
+                name,
+                jobs,
+                lib.num_machines,
+                meta.get("optimum"),
+                meta.get("upper_bound"),
+                meta.get("lower_bound"),
+            )
+        )
     return out
 
 

@@ -31,7 +31,7 @@ from typing import Any
 from core.schemas.sources import JobShopSource
 from worker.corpus.errors import CorpusInputError
 from worker.corpus.rows import Row, Tally
-from worker.external.jobshop_dispatch import replay, state_text
+from worker.external.jobshop_dispatch import Decision, replay, state_text
 from worker.external.jobshop_instances import (
     Instance,
     InstanceFileError,
@@ -62,8 +62,9 @@ def files_of(source: JobShopSource, field: str) -> list[Path]:
     if not files:
         raise CorpusInputError(field, f"{root} holds no instance file ({', '.join(SUFFIXES)})")
     if len(files) > MAX_INSTANCES:
-        raise CorpusInputError(field, f"{root} holds {len(files)} instance files; at most "
-                               f"{MAX_INSTANCES} are solved")  # fmt: skip
+        raise CorpusInputError(
+            field, f"{root} holds {len(files)} instance files; at most {MAX_INSTANCES} are solved"
+        )
     for path in files:
         try:
             read_instance(path)
@@ -98,15 +99,21 @@ def solved(instance: Instance, text: str, cache: Path | None, seconds: float) ->
             data = json.loads(cache.read_text())
             if data["instance_sha256"] == digest and data["solve_seconds"] == seconds:
                 starts = tuple(tuple(int(s) for s in row) for row in data["starts"])
-                return Solved(starts, int(data["makespan"]), bool(data["optimal"]),
-                              float(data["seconds"]))  # fmt: skip
+                return Solved(
+                    starts, int(data["makespan"]), bool(data["optimal"]), float(data["seconds"])
+                )
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged cache is solved again
     found = solve(instance, seconds)
     if cache is not None:
-        record = {"instance_sha256": digest, "solve_seconds": seconds, "starts": found.starts,
-                  "makespan": found.makespan, "optimal": found.optimal,
-                  "seconds": round(found.seconds, 3)}  # fmt: skip
+        record = {
+            "instance_sha256": digest,
+            "solve_seconds": seconds,
+            "starts": found.starts,
+            "makespan": found.makespan,
+            "optimal": found.optimal,
+            "seconds": round(found.seconds, 3),
+        }
         try:
             cache.parent.mkdir(exist_ok=True)
             cache.write_text(json.dumps(record, separators=(",", ":")))
@@ -125,22 +132,48 @@ def read_rows(source: JobShopSource, files: list[Path], tally: Tally, progress: 
         tally.files.append(label)
         text = path.read_text(encoding="utf-8")
         instance = read_instance(path)
-        found = solved(instance, text, folder / SOLUTIONS / f"{path.stem}.json",
-                       source.solve_seconds)  # fmt: skip
+        found = solved(
+            instance, text, folder / SOLUTIONS / f"{path.stem}.json", source.solve_seconds
+        )
         decisions, _ = replay(instance, found.starts, source.scheme)
         for step, decision in enumerate(decisions):
             if len(decision.tools) < 2:
                 continue
             tally.rows_read += 1
-            env = instance.name
-            meta = {
-                "source_name": source.name, "source_type": source.type, "env": env,
-                "run": env, "path": label, "line": step, "episode": env, "family": "jobshop",
-                "step": step, "solved_makespan": found.makespan, "optimal": found.optimal,
-            }  # fmt: skip
-            rows.append(Row(
-                state_text(decision.state), decision.state, decision.tools, decision.action,
-                meta, source.name, env, env, env, "jobshop", False, False,
-            ))  # fmt: skip
+            rows.append(_decision_row(source, label, instance.name, step, decision, found))
         progress(path.stat().st_size)
     return rows
+
+
+def _decision_row(
+    source: JobShopSource, label: str, env: str, step: int, decision: Decision, found: Solved
+) -> Row:
+    """One dispatching step of the instance `env` (file `label`) as a Row; its meta says the
+    step and the solved schedule's makespan."""
+    meta = {
+        "source_name": source.name,
+        "source_type": source.type,
+        "env": env,
+        "run": env,
+        "path": label,
+        "line": step,
+        "episode": env,
+        "family": "jobshop",
+        "step": step,
+        "solved_makespan": found.makespan,
+        "optimal": found.optimal,
+    }
+    return Row(
+        state_text(decision.state),
+        decision.state,
+        decision.tools,
+        decision.action,
+        meta,
+        source.name,
+        env,
+        env,
+        env,
+        "jobshop",
+        False,
+        False,
+    )

@@ -144,8 +144,13 @@ def sample_train(corpus: Path, out: Path, rows: int | None, seed: int = SPLIT_SE
     kept = sorted(random.Random(seed).sample(range(len(train)), rows))
     (out / "train.jsonl").write_text("".join(train[i] for i in kept), encoding="utf-8")
     # The chat form qlora reads goes along whole: its step count (max_steps) bounds what it reads.
-    for name in ("val.jsonl", "anchor.jsonl", "manifest.json", "messages.jsonl",
-                 "messages_val.jsonl"):  # fmt: skip
+    for name in (
+        "val.jsonl",
+        "anchor.jsonl",
+        "manifest.json",
+        "messages.jsonl",
+        "messages_val.jsonl",
+    ):
         if (corpus / name).exists():
             (out / name).write_bytes((corpus / name).read_bytes())
     return out
@@ -188,9 +193,18 @@ def curve_row(
     if len(score.apgr_per_seed) > 1:
         extra["seed_spread"] = max(score.apgr_per_seed) - min(score.apgr_per_seed)
     return BenchRow(
-        "routellm", anchors.name, method, "apgr", score.apgr, score.apgr_ci95, score.n,
-        score.seeds, train_seconds, extra=extra, curve=score.points,
-    )  # fmt: skip
+        "routellm",
+        anchors.name,
+        method,
+        "apgr",
+        score.apgr,
+        score.apgr_ci95,
+        score.n,
+        score.seeds,
+        train_seconds,
+        extra=extra,
+        curve=score.points,
+    )
 
 
 def model_row(anchors: AnchorSet, method: str) -> BenchRow:
@@ -199,11 +213,17 @@ def model_row(anchors: AnchorSet, method: str) -> BenchRow:
     correct = anchors.outcomes.strong if strong else anchors.outcomes.weak
     quality = float(correct.mean())
     return BenchRow(
-        "routellm", anchors.name, method, "quality", quality,
-        routing.quality_interval(correct, anchors.draws), len(correct), 1,
+        "routellm",
+        anchors.name,
+        method,
+        "quality",
+        quality,
+        routing.quality_interval(correct, anchors.draws),
+        len(correct),
+        1,
         extra={"pgr": 1.0 if strong else 0.0, "strong_share": 1.0 if strong else 0.0},
         curve=[(1.0 if strong else 0.0, round(quality, 4))],
-    )  # fmt: skip
+    )
 
 
 class RouteLlmBench:
@@ -249,8 +269,10 @@ class RouteLlmBench:
                 folder = work / f"corpus-{digest.hexdigest()[:12]}"
                 shaped = anchor_sets(self._corpus(evals, folder, model.knobs, log))
                 if [len(s.states) for s in shaped] != [len(s.states) for s in sets]:
-                    raise ValueError(f"{model.name}: its corpus knobs {model.knobs} change which "
-                                     "prompts are anchors; bench it without them")  # fmt: skip
+                    raise ValueError(
+                        f"{model.name}: its corpus knobs {model.knobs} change which "
+                        "prompts are anchors; bench it without them"
+                    )
             for anchors, states in zip(sets, shaped, strict=True):
                 scores = policy_scores(model.policy, states)
                 rows.append(curve_row(anchors, model.name, [scores]))
@@ -322,22 +344,31 @@ class RouteLlmBench:
         if trm and "random" in apgr:
             rand = apgr["random"]
             met = trm.value > rand.value and trm.ci95[0] > 0.5
-            out.append((
-                f"{MMLU_UNSEEN}: trm APGR above random, its interval clear of 0.5", met,
-                f"{trm.value:.3f} {_ci(trm)} vs random {rand.value:.3f} {_ci(rand)}",
-            ))  # fmt: skip
+            out.append(
+                (
+                    f"{MMLU_UNSEEN}: trm APGR above random, its interval clear of 0.5",
+                    met,
+                    f"{trm.value:.3f} {_ci(trm)} vs random {rand.value:.3f} {_ci(rand)}",
+                )
+            )
         if trm and "tfidf-logreg" in apgr:
             text = apgr["tfidf-logreg"]
-            out.append((
-                f"{MMLU_UNSEEN}: trm APGR above tfidf-logreg", trm.value > text.value,
-                f"{trm.value:.3f} vs {text.value:.3f} {_ci(text)}",
-            ))  # fmt: skip
+            out.append(
+                (
+                    f"{MMLU_UNSEEN}: trm APGR above tfidf-logreg",
+                    trm.value > text.value,
+                    f"{trm.value:.3f} vs {text.value:.3f} {_ci(text)}",
+                )
+            )
         if trm and "gbdt" in apgr:
             gbdt = apgr["gbdt"]
-            out.append((
-                f"{MMLU_UNSEEN}: trm >= gbdt - 0.02", trm.value >= gbdt.value - 0.02,
-                f"{trm.value:.3f} vs {gbdt.value:.3f}",
-            ))  # fmt: skip
+            out.append(
+                (
+                    f"{MMLU_UNSEEN}: trm >= gbdt - 0.02",
+                    trm.value >= gbdt.value - 0.02,
+                    f"{trm.value:.3f} vs {gbdt.value:.3f}",
+                )
+            )
         return out
 
 

@@ -76,10 +76,13 @@ def concrete_root(state: Any, generic: str, names: set[str]) -> str | None:
                 node = node[key]
             elif isinstance(node, list):
                 index = next(
-                    (i for i, v in enumerate(node) if isinstance(v, dict)
-                     and str(v.get("name", v.get("id"))).lower() in names),
+                    (
+                        i
+                        for i, v in enumerate(node)
+                        if isinstance(v, dict) and str(v.get("name", v.get("id"))).lower() in names
+                    ),
                     None,
-                )  # fmt: skip
+                )
                 if index is None:
                     return None
                 path.append(str(index))

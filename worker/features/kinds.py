@@ -48,140 +48,275 @@ class Kind:
         return _PLACEHOLDER.findall(self.form)
 
 
+def _row(spelling: tuple[str, str, Value, Scope, str], meaning: str, *, step: bool = False) -> Kind:
+    """One row of the table: its spelling (form, example, value, scope, reading), then its
+    meaning; the prefix is the form's head (`D` of `D:<name>|<c>`)."""
+    form, example, value, scope, reading = spelling
+    return Kind(form.split(":", 1)[0], form, meaning, example, value, scope, reading, step)
+
+
 KINDS: tuple[Kind, ...] = (
     # ids.py: the candidate's own id
-    Kind("pos", "pos", "the candidate's place in the row's list, 0..1", "pos",
-         "number", "candidate", "ids"),
-    Kind("P", "P:<piece>", "the candidate's id has the word piece {piece}", "P:weather",
-         "flag", "candidate", "ids", step=True),
-    Kind("N", "N:<k>", "the {k}-th number in the candidate's id", "N:0", "number", "candidate",
-         "ids", step=True),
-    Kind("NR", "NR:<k>", "the rank of the {k}-th id number among the candidates, 0..1", "NR:0",
-         "number", "candidate", "ids"),
-    Kind("NLO", "NLO:<k>", "the {k}-th id number less the least among the candidates", "NLO:0",
-         "number", "candidate", "ids"),
-    Kind("GR", "GR:<k>", "the rank of the {k}-th id number among candidates whose ids differ "
-         "only in it", "GR:1", "number", "candidate", "ids"),
-    Kind("GLO", "GLO:<k>", "the {k}-th id number less the least among candidates whose ids "
-         "differ only in it", "GLO:1", "number", "candidate", "ids"),
+    _row(
+        ("pos", "pos", "number", "candidate", "ids"),
+        "the candidate's place in the row's list, 0..1",
+    ),
+    _row(
+        ("P:<piece>", "P:weather", "flag", "candidate", "ids"),
+        "the candidate's id has the word piece {piece}",
+        step=True,
+    ),
+    _row(
+        ("N:<k>", "N:0", "number", "candidate", "ids"),
+        "the {k}-th number in the candidate's id",
+        step=True,
+    ),
+    _row(
+        ("NR:<k>", "NR:0", "number", "candidate", "ids"),
+        "the rank of the {k}-th id number among the candidates, 0..1",
+    ),
+    _row(
+        ("NLO:<k>", "NLO:0", "number", "candidate", "ids"),
+        "the {k}-th id number less the least among the candidates",
+    ),
+    _row(
+        ("GR:<k>", "GR:1", "number", "candidate", "ids"),
+        "the rank of the {k}-th id number among candidates whose ids differ only in it",
+    ),
+    _row(
+        ("GLO:<k>", "GLO:1", "number", "candidate", "ids"),
+        "the {k}-th id number less the least among candidates whose ids differ only in it",
+    ),
     # aligned.py: the parts of the state about the candidate
-    Kind("A", "A:<a>", "the candidate's own number {a}", "A:routes.*.cost", "number",
-         "candidate", "aligned", step=True),
-    Kind("R", "R:<a>", "the rank among the candidates (0..1) of the candidate's number {a}",
-         "R:routes.*.cost",
-         "number", "candidate", "aligned"),
-    Kind("HI", "HI:<a>", "the candidate's number {a} less the greatest among the candidates",
-         "HI:routes.*.cost", "number", "candidate", "aligned"),
-    Kind("LO", "LO:<a>", "the candidate's number {a} less the least among the candidates",
-         "LO:routes.*.cost", "number", "candidate", "aligned"),
-    Kind("D", "D:<name>|<c>", "{name}, minus the context number {c}",
-         "D:A:routes.*.ms|request.latency_budget_ms", "number", "candidate", "aligned", step=True),
-    Kind("GE", "GE:<name>|<c>", "whether {name} is at least the context number {c}",
-         "GE:N:0|job.release", "number", "candidate", "aligned", step=True),
-    Kind("LEN", "LEN:<a>", "the length of the candidate's own list {a}", "LEN:routes.*.tools",
-         "number", "candidate", "aligned", step=True),
-    Kind("IN", "IN:<a>|<c>", "whether the context string {c} is in the candidate's list {a}",
-         "IN:routes.*.tools|request.tool", "number", "candidate", "aligned", step=True),
-    Kind("COV", "COV:<a>|<c>", "the share of the context list {c} in the candidate's list "
-         "{a}", "COV:routes.*.tools|request.tools", "number", "candidate", "aligned", step=True),
-    Kind("EQ", "EQ:<a>|<c>", "the candidate's string {a} equals the context string {c}",
-         "EQ:machines.*.kind|job.kind", "flag", "candidate", "aligned", step=True),
-    Kind("NAME_IN", "NAME_IN:<c>", "a name of the candidate is in the context list {c} or "
-         "equals the context string", "NAME_IN:request.allowed", "flag", "candidate", "aligned",
-         step=True),
-    Kind("AT", "AT:<line>|<k>:<symbol>", "the candidate's line of cells {line} holds "
-         "{symbol} at its {k}-th id number", "AT:busy.*|0:#", "flag", "candidate", "cells",
-         step=True),
-    Kind("RUN", "RUN:<line>|<k>:<symbol>", "how many cells of the candidate's line {line} "
-         "hold {symbol} from its {k}-th id number on", "RUN:busy.*|0:.", "number",
-         "candidate", "cells", step=True),
+    _row(
+        ("A:<a>", "A:routes.*.cost", "number", "candidate", "aligned"),
+        "the candidate's own number {a}",
+        step=True,
+    ),
+    _row(
+        ("R:<a>", "R:routes.*.cost", "number", "candidate", "aligned"),
+        "the rank among the candidates (0..1) of the candidate's number {a}",
+    ),
+    _row(
+        ("HI:<a>", "HI:routes.*.cost", "number", "candidate", "aligned"),
+        "the candidate's number {a} less the greatest among the candidates",
+    ),
+    _row(
+        ("LO:<a>", "LO:routes.*.cost", "number", "candidate", "aligned"),
+        "the candidate's number {a} less the least among the candidates",
+    ),
+    _row(
+        (
+            "D:<name>|<c>",
+            "D:A:routes.*.ms|request.latency_budget_ms",
+            "number",
+            "candidate",
+            "aligned",
+        ),
+        "{name}, minus the context number {c}",
+        step=True,
+    ),
+    _row(
+        ("GE:<name>|<c>", "GE:N:0|job.release", "number", "candidate", "aligned"),
+        "whether {name} is at least the context number {c}",
+        step=True,
+    ),
+    _row(
+        ("LEN:<a>", "LEN:routes.*.tools", "number", "candidate", "aligned"),
+        "the length of the candidate's own list {a}",
+        step=True,
+    ),
+    _row(
+        ("IN:<a>|<c>", "IN:routes.*.tools|request.tool", "number", "candidate", "aligned"),
+        "whether the context string {c} is in the candidate's list {a}",
+        step=True,
+    ),
+    _row(
+        ("COV:<a>|<c>", "COV:routes.*.tools|request.tools", "number", "candidate", "aligned"),
+        "the share of the context list {c} in the candidate's list {a}",
+        step=True,
+    ),
+    _row(
+        ("EQ:<a>|<c>", "EQ:machines.*.kind|job.kind", "flag", "candidate", "aligned"),
+        "the candidate's string {a} equals the context string {c}",
+        step=True,
+    ),
+    _row(
+        ("NAME_IN:<c>", "NAME_IN:request.allowed", "flag", "candidate", "aligned"),
+        "a name of the candidate is in the context list {c} or equals the context string",
+        step=True,
+    ),
+    _row(
+        ("AT:<line>|<k>:<symbol>", "AT:busy.*|0:#", "flag", "candidate", "cells"),
+        "the candidate's line of cells {line} holds {symbol} at its {k}-th id number",
+        step=True,
+    ),
+    _row(
+        ("RUN:<line>|<k>:<symbol>", "RUN:busy.*|0:.", "number", "candidate", "cells"),
+        "how many cells of the candidate's line {line} hold {symbol} from its {k}-th id number on",
+        step=True,
+    ),
     # context.py: what is the same for every candidate of the row
-    Kind("C", "C:<c>", "the context number {c}", "C:budget_left", "number", "context",
-         "context"),
-    Kind("L", "L:<list>", "the length of the context list {list}", "L:jobs", "number",
-         "context", "context"),
-    Kind("DUP", "DUP:<list>", "how many items of the context list {list} repeat an earlier one",
-         "DUP:proposal", "number", "context", "context"),
-    Kind("LD", "LD:<list>|<c>", "the length of the context list {list} less that of {c}",
-         "LD:proposal|jobs", "number", "context", "context"),
-    Kind("VD", "VD:<list>|<c>:<i>", "item {i} of the context numbers {list} less item {i} of "
-         "{c}", "VD:goal|pos:0", "number", "context", "context"),
-    Kind("IDX", "IDX:<list>", "the first place of a name of the candidate in the context list "
-         "{list}", "IDX:queue", "number", "candidate", "context"),
-    Kind("IDXE", "IDXE:<list>", "how far from the end of the context list {list} a name of "
-         "the candidate last is", "IDXE:history", "number", "candidate", "context"),
+    _row(("C:<c>", "C:budget_left", "number", "context", "context"), "the context number {c}"),
+    _row(
+        ("L:<list>", "L:jobs", "number", "context", "context"),
+        "the length of the context list {list}",
+    ),
+    _row(
+        ("DUP:<list>", "DUP:proposal", "number", "context", "context"),
+        "how many items of the context list {list} repeat an earlier one",
+    ),
+    _row(
+        ("LD:<list>|<c>", "LD:proposal|jobs", "number", "context", "context"),
+        "the length of the context list {list} less that of {c}",
+    ),
+    _row(
+        ("VD:<list>|<c>:<i>", "VD:goal|pos:0", "number", "context", "context"),
+        "item {i} of the context numbers {list} less item {i} of {c}",
+    ),
+    _row(
+        ("IDX:<list>", "IDX:queue", "number", "candidate", "context"),
+        "the first place of a name of the candidate in the context list {list}",
+    ),
+    _row(
+        ("IDXE:<list>", "IDXE:history", "number", "candidate", "context"),
+        "how far from the end of the context list {list} a name of the candidate last is",
+    ),
     # cells.py: a list of equal-length lines read as a grid
-    Kind("WIN", "WIN:<grid>@<anchor>:<dx>,<dy>:<symbol>", "the grid {grid} holds {symbol} "
-         "{dx} columns and {dy} rows from {anchor} (a position in the context, or `=x` the "
-         "one cell holding x; `out` past the edge)", "WIN:map@pos:0,-1:#", "flag", "context",
-         "cells"),
-    Kind("GO", "GO:<grid>@<anchor>:<dx>,<dy>:<symbol>", "the candidate is a move, and the "
-         "grid {grid} holds {symbol} {dy} cells ahead of and {dx} cells right of the cell it "
-         "moves {anchor} into (`0,0`: the cell entered)", "GO:map@pos:0,0:#", "flag",
-         "candidate", "cells"),
-    Kind("GOD", "GOD:<grid>@<anchor>|<other>", "how many steps nearer (-1) or farther (+1) "
-         "the candidate's move takes {anchor} to {other} on the grid {grid}",
-         "GOD:map@pos|goal", "number", "candidate", "cells"),
-    Kind("GOHAS", "GOHAS:<grid>@<anchor>|<c>", "the symbol of the cell the candidate's move "
-         "takes {anchor} into on the grid {grid} is in the context string or list {c}",
-         "GOHAS:map@pos|keys", "flag", "candidate", "cells"),
-    Kind("WALK", "WALK:<grid>@<anchor>|<list>:<symbol>", "how many steps of the context "
-         "list of moves {list}, walked on the grid {grid} from {anchor}, enter {symbol}",
-         "WALK:map@pos|proposal:#", "number", "context", "cells"),
-    Kind("WALKD", "WALKD:<grid>@<anchor>|<list>|<other>", "how many steps from {other} the "
-         "context list of moves {list}, walked on the grid {grid} from {anchor}, ends",
-         "WALKD:map@pos|proposal|goal", "number", "context", "cells"),
+    _row(
+        (
+            "WIN:<grid>@<anchor>:<dx>,<dy>:<symbol>",
+            "WIN:map@pos:0,-1:#",
+            "flag",
+            "context",
+            "cells",
+        ),
+        "the grid {grid} holds {symbol} {dx} columns and {dy} rows from {anchor} (a position in "
+        "the context, or `=x` the one cell holding x; `out` past the edge)",
+    ),
+    _row(
+        ("GO:<grid>@<anchor>:<dx>,<dy>:<symbol>", "GO:map@pos:0,0:#", "flag", "candidate", "cells"),
+        "the candidate is a move, and the grid {grid} holds {symbol} {dy} cells ahead of and {dx} "
+        "cells right of the cell it moves {anchor} into (`0,0`: the cell entered)",
+    ),
+    _row(
+        ("GOD:<grid>@<anchor>|<other>", "GOD:map@pos|goal", "number", "candidate", "cells"),
+        "how many steps nearer (-1) or farther (+1) the candidate's move takes {anchor} to "
+        "{other} on the grid {grid}",
+    ),
+    _row(
+        ("GOHAS:<grid>@<anchor>|<c>", "GOHAS:map@pos|keys", "flag", "candidate", "cells"),
+        "the symbol of the cell the candidate's move takes {anchor} into on the grid {grid} is in "
+        "the context string or list {c}",
+    ),
+    _row(
+        (
+            "WALK:<grid>@<anchor>|<list>:<symbol>",
+            "WALK:map@pos|proposal:#",
+            "number",
+            "context",
+            "cells",
+        ),
+        "how many steps of the context list of moves {list}, walked on the grid {grid} from "
+        "{anchor}, enter {symbol}",
+    ),
+    _row(
+        (
+            "WALKD:<grid>@<anchor>|<list>|<other>",
+            "WALKD:map@pos|proposal|goal",
+            "number",
+            "context",
+            "cells",
+        ),
+        "how many steps from {other} the context list of moves {list}, walked on the grid {grid} "
+        "from {anchor}, ends",
+    ),
     # crossed: a context feature as one candidate sees it
-    Kind("X", "X:<name>@<id>", "{name}, seen by the candidate {id} only (a ranker otherwise "
-         "reaches a context feature only through a split on the candidate first)",
-         "X:W:request.prompt:prove@strong", "number", "candidate", "context"),
+    _row(
+        ("X:<name>@<id>", "X:W:request.prompt:prove@strong", "number", "candidate", "context"),
+        "{name}, seen by the candidate {id} only (a ranker otherwise reaches a context feature "
+        "only through a split on the candidate first)",
+    ),
     # text.py: strings of several words
-    Kind("W", "W:<text>:<word>", "how often the context text {text} has the word (or pair of "
-         "words) {word}", "W:request.prompt:weather", "number", "context", "text"),
-    Kind("TS", "TS:<text>:<stat>", "the statistic {stat} of the context text {text}",
-         "TS:request.prompt:words", "number", "context", "text"),
-    Kind("TO", "TO:<a>|<c>", "the share of the candidate's text {a} (words weighed by how few "
-         "candidates have them) found in the context text {c}",
-         "TO:functions.*.description|question", "number", "candidate", "text"),
-    Kind("TC", "TC:<a>|<c>", "the share of the context text {c} (its words some candidate "
-         "has, weighed) that the candidate's text {a} has",
-         "TC:functions.*|question", "number", "candidate", "text"),
-    Kind("TCOS", "TCOS:<a>|<c>", "the cosine of the candidate's text {a} and the context text "
-         "{c}, words weighed", "TCOS:functions.*|question", "number", "candidate", "text"),
-    Kind("TN", "TN:<c>", "the share of the candidate's id words (weighed) found in the context "
-         "text {c}", "TN:question", "number", "candidate", "text"),
+    _row(
+        ("W:<text>:<word>", "W:request.prompt:weather", "number", "context", "text"),
+        "how often the context text {text} has the word (or pair of words) {word}",
+    ),
+    _row(
+        ("TS:<text>:<stat>", "TS:request.prompt:words", "number", "context", "text"),
+        "the statistic {stat} of the context text {text}",
+    ),
+    _row(
+        ("TO:<a>|<c>", "TO:functions.*.description|question", "number", "candidate", "text"),
+        "the share of the candidate's text {a} (words weighed by how few candidates have them) "
+        "found in the context text {c}",
+    ),
+    _row(
+        ("TC:<a>|<c>", "TC:functions.*|question", "number", "candidate", "text"),
+        "the share of the context text {c} (its words some candidate has, weighed) that the "
+        "candidate's text {a} has",
+    ),
+    _row(
+        ("TCOS:<a>|<c>", "TCOS:functions.*|question", "number", "candidate", "text"),
+        "the cosine of the candidate's text {a} and the context text {c}, words weighed",
+    ),
+    _row(
+        ("TN:<c>", "TN:question", "number", "candidate", "text"),
+        "the share of the candidate's id words (weighed) found in the context text {c}",
+    ),
     # embed.py: long context texts read by a sentence encoder (a feature space's `text_encoder`)
-    Kind("E", "E:<text>:<i>", "component {i} of the sentence encoder's reading of the context "
-         "text {text}", "E:request.prompt:0", "number", "context", "embed"),
+    _row(
+        ("E:<text>:<i>", "E:request.prompt:0", "number", "context", "embed"),
+        "component {i} of the sentence encoder's reading of the context text {text}",
+    ),
     # plans.py: a plan in the state, read step by step
-    Kind("PLEN", "PLEN", "the plan's length less its items'", "PLEN", "number", "plan",
-         "plans"),
-    Kind("PMIN", "PMIN:<name>", "the least over the plan's steps of: {name}", "PMIN:D:N:0|release",
-         "number", "plan", "plans"),
-    Kind("PMAX", "PMAX:<name>", "the greatest over the plan's steps of: {name}",
-         "PMAX:A:routes.*.ms", "number", "plan", "plans"),
-    Kind("PALL", "PALL:<name>", "the share of the plan's steps with: {name}", "PALL:AT:busy.*|0:.",
-         "number", "plan", "plans"),
-    Kind("PSUM", "PSUM:<a>", "the plan's total of the steps' number {a}", "PSUM:routes.*.cost",
-         "number", "plan", "plans"),
-    Kind("PD", "PD:<name>|<c>", "{name}, less the number {c}",
-         "PD:PSUM:routes.*.cost|budget", "number", "plan", "plans"),
-    Kind("TALLY", "TALLY:<verb>", "how many of the plan's steps name the object with {verb} "
-         "(or a difference of two such counts)", "TALLY:buy-sell", "number", "plan", "plans"),
-    Kind("S", "S:<name>|<c>", "{name}, plus the object's number {c}",
-         "S:TALLY:buy-sell|held-target", "number", "plan", "plans"),
-    Kind("OMIN", "OMIN:<dict>.*:<name>", "the least over the objects of {dict} of: {name}",
-         "OMIN:assets.*:D:TALLY:sell|held", "number", "plan", "plans"),
-    Kind("OMAX", "OMAX:<dict>.*:<name>", "the greatest over the objects of {dict} of: {name}",
-         "OMAX:assets.*:TALLY:buy", "number", "plan", "plans"),
-)  # fmt: skip
+    _row(("PLEN", "PLEN", "number", "plan", "plans"), "the plan's length less its items'"),
+    _row(
+        ("PMIN:<name>", "PMIN:D:N:0|release", "number", "plan", "plans"),
+        "the least over the plan's steps of: {name}",
+    ),
+    _row(
+        ("PMAX:<name>", "PMAX:A:routes.*.ms", "number", "plan", "plans"),
+        "the greatest over the plan's steps of: {name}",
+    ),
+    _row(
+        ("PALL:<name>", "PALL:AT:busy.*|0:.", "number", "plan", "plans"),
+        "the share of the plan's steps with: {name}",
+    ),
+    _row(
+        ("PSUM:<a>", "PSUM:routes.*.cost", "number", "plan", "plans"),
+        "the plan's total of the steps' number {a}",
+    ),
+    _row(
+        ("PD:<name>|<c>", "PD:PSUM:routes.*.cost|budget", "number", "plan", "plans"),
+        "{name}, less the number {c}",
+    ),
+    _row(
+        ("TALLY:<verb>", "TALLY:buy-sell", "number", "plan", "plans"),
+        "how many of the plan's steps name the object with {verb} (or a difference of two such "
+        "counts)",
+    ),
+    _row(
+        ("S:<name>|<c>", "S:TALLY:buy-sell|held-target", "number", "plan", "plans"),
+        "{name}, plus the object's number {c}",
+    ),
+    _row(
+        ("OMIN:<dict>.*:<name>", "OMIN:assets.*:D:TALLY:sell|held", "number", "plan", "plans"),
+        "the least over the objects of {dict} of: {name}",
+    ),
+    _row(
+        ("OMAX:<dict>.*:<name>", "OMAX:assets.*:TALLY:buy", "number", "plan", "plans"),
+        "the greatest over the objects of {dict} of: {name}",
+    ),
+)
 
 BY_PREFIX: dict[str, Kind] = {k.prefix: k for k in KINDS}
 _FORMATS = {k.prefix: _PLACEHOLDER.sub("{}", k.form) for k in KINDS}
 
 
-def prefixes(*, reading: str | None = None, value: Value | None = None,
-             scope: Scope | None = None) -> tuple[str, ...]:  # fmt: skip
+def prefixes(
+    *, reading: str | None = None, value: Value | None = None, scope: Scope | None = None
+) -> tuple[str, ...]:
     """The name prefixes (`D:`) of the kinds that match, for `str.startswith`."""
     return tuple(
         f"{k.prefix}:"

@@ -43,8 +43,30 @@ SHORT = 64  # a string up to this long and of one word is a string, not text
 MAX_TOKENS = 2048  # words of a text that are read (the rest only count in its statistics)
 MAX_CONTEXT_TEXTS = 4  # context texts a candidate's texts are compared with
 NUMBER = "#"  # the token of every number in a text
-STOPWORDS = frozenset(("the", "an", "of", "to", "in", "and", "or", "is", "are", "be", "for",
-                       "on", "with", "at", "by", "it", "as", "from", "this", "that"))  # fmt: skip
+STOPWORDS = frozenset(
+    (
+        "the",
+        "an",
+        "of",
+        "to",
+        "in",
+        "and",
+        "or",
+        "is",
+        "are",
+        "be",
+        "for",
+        "on",
+        "with",
+        "at",
+        "by",
+        "it",
+        "as",
+        "from",
+        "this",
+        "that",
+    )
+)
 
 _TOKEN = re.compile(r"[^\W\d_]{2,}|\d+(?:[.,]\d+)*")
 _SPACE = re.compile(r"\s")

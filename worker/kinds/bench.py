@@ -180,8 +180,9 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
                 f"bench {resolved['bench']}: no anchor rows in {resolved['source']['path']} for "
                 f"the anchor worlds {resolved['anchor_worlds']}",
             )
-        train = train_sample(read_jsonl(corpus_dir / TRAIN_ROWS), resolved["seed"],
-                             resolved["train_sample"])  # fmt: skip
+        train = train_sample(
+            read_jsonl(corpus_dir / TRAIN_ROWS), resolved["seed"], resolved["train_sample"]
+        )
         corpus = {"sources": [resolved["source"]], "knobs": info["knobs"] or {}}
         critic = critic_rows(corpus_dir)
         per_example: dict[str, list[float]] = {}
@@ -198,10 +199,19 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
                 ctx.progress(done * total + n, 2 * repeats * total, unit="rows")
 
             card, samples, c = evaluate_policy(
-                policy, train, anchors, split, corpus, cache, critic=critic,
-                seed=resolved["seed"] + r, episodes=resolved["episodes"],
-                progress=progress, should_stop=ctx.should_stop, on_pass=ctx.pass_progress,
-            )  # fmt: skip
+                policy,
+                train,
+                anchors,
+                split,
+                corpus,
+                cache,
+                critic=critic,
+                seed=resolved["seed"] + r,
+                episodes=resolved["episodes"],
+                progress=progress,
+                should_stop=ctx.should_stop,
+                on_pass=ctx.pass_progress,
+            )
             for key in ("scored", "cached", "tokens_scored"):
                 counters[key] += c[key]
             counters["forward_passes"] += policy.forward_passes
@@ -213,25 +223,14 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
         if side == "router":  # what a user would pick instead, on the router's rows
             outcomes = [sides[side]["_per_example"][_key(row)] for row in anchors]
             refs = references(
-                outcomes, anchors, read_rows(corpus_dir / TRAIN_ROWS),
-                read_rows(corpus_dir / VAL_ROWS), resolved["seed"],
-            )  # fmt: skip
+                outcomes,
+                anchors,
+                read_rows(corpus_dir / TRAIN_ROWS),
+                read_rows(corpus_dir / VAL_ROWS),
+                resolved["seed"],
+            )
     router, baseline = sides["router"], sides["baseline"]
-    keys = sorted(set(router["_per_example"]) & set(baseline["_per_example"]))
-    ours, theirs = (
-        [router["_per_example"][k] for k in keys],
-        [baseline["_per_example"][k] for k in keys],
-    )
-    delta = {
-        "anchor_score": sc.paired_delta(ours, theirs),
-        "mcnemar": mcnemar(ours, theirs),
-        "failure_rate": sc.difference(
-            router["scores"]["failure_rate"], baseline["scores"]["failure_rate"]
-        ),
-        "recovery_rate": sc.difference(
-            router["scores"]["recovery_rate"], baseline["scores"]["recovery_rate"]
-        ),
-    }
+    delta = _delta(router, baseline)
     for scored in sides.values():
         scored.pop("_per_example")
     card = {
@@ -260,14 +259,39 @@ def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
     # A bench's best is its router's side (the runs list's best_anchor).
     show_best(ctx.card, router)
     rows = 2 * repeats * (len(train) + len(anchors))
-    ctx.progress(rows, rows, unit="rows", current_anchor=router["anchor_score"],
-                 current_train=router["train_score"],
-                 current_gap=router["generalization_gap"])  # fmt: skip
+    ctx.progress(
+        rows,
+        rows,
+        unit="rows",
+        current_anchor=router["anchor_score"],
+        current_train=router["train_score"],
+        current_gap=router["generalization_gap"],
+    )
     return {
         "router_anchor": router["anchor_score"],
         "baseline_anchor": baseline["anchor_score"],
         "delta": delta["anchor_score"]["value"],
         "delta_ci95": delta["anchor_score"]["ci95"],
+    }
+
+
+def _delta(router: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
+    """The router's side against the baseline's: the anchors paired per example both scored
+    (the paired difference and McNemar's test), the rollout rates as differences."""
+    keys = sorted(set(router["_per_example"]) & set(baseline["_per_example"]))
+    ours, theirs = (
+        [router["_per_example"][k] for k in keys],
+        [baseline["_per_example"][k] for k in keys],
+    )
+    return {
+        "anchor_score": sc.paired_delta(ours, theirs),
+        "mcnemar": mcnemar(ours, theirs),
+        "failure_rate": sc.difference(
+            router["scores"]["failure_rate"], baseline["scores"]["failure_rate"]
+        ),
+        "recovery_rate": sc.difference(
+            router["scores"]["recovery_rate"], baseline["scores"]["recovery_rate"]
+        ),
     }
 
 
@@ -286,8 +310,12 @@ def _combine(
             n = sum(v["n"] for v in values)
             hits = sum(v["value"] * v["n"] for v in values)
             low, high = sc.wilson(hits, n)
-            scores[rate] = {**values[0], "value": round(hits / n, 4), "n": n,
-                            "ci95": [round(low, 4), round(high, 4)]}  # fmt: skip
+            scores[rate] = {
+                **values[0],
+                "value": round(hits / n, 4),
+                "n": n,
+                "ci95": [round(low, 4), round(high, 4)],
+            }
     scores["generalization_gap"] = sc.difference(scores["train_score"], scores["anchor_score"])
     out = {
         "ref": info["ref"],

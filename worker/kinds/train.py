@@ -1,7 +1,8 @@
 """The `train` kind (SPEC §3.2), top to bottom: `prepare_corpus` builds the corpus,
 `prepare_config` records the resolved trainer config, `launch_trainer` runs the `trm` or `qlora`
-trainer and `evaluate` scores what it trained (both in the stage's child process); `plan` is its
-dry run.
+trainer and `evaluate` scores what it trained (both in the stage's child process: the scoring
+itself is worker/evaluate/row_stage.py's, or worker/evaluate/puzzles.py's for trm_grid); `plan`
+is its dry run.
 
 The resolved config is computed from the run id, the settings and the spec (`resolved_config`)
 by each stage that needs it. `trainer_config.resolved.json` is its record for people and is never
@@ -17,15 +18,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from core.card import show_best
 from core.rundir import (
     CORPUS,
     CORPUS_PLAN,
     MANIFEST,
     MESSAGES,
     MESSAGES_VAL,
-    SAMPLES,
-    SCORECARD,
     TRAIN_ROWS,
     TRAINER,
     TRAINER_CONFIG,
@@ -34,26 +32,14 @@ from core.rundir import (
 )
 from core.schemas.corpus import CorpusSpec
 from core.schemas.puzzles import PUZZLE_ARRAYS, PUZZLE_META
-from core.schemas.train import QloraTrainerConfig, TrainEvaluateConfig, TrmTrainerConfig
+from core.schemas.train import QloraTrainerConfig, TrmTrainerConfig
 from core.settings import Settings
 from worker.context import StageContext, StageFailure
 from worker.corpus import CorpusInputError, build_corpus
 from worker.corpus.puzzles import build_puzzle_corpus
-from worker.evaluate import scorecard as sc
-from worker.evaluate.anchors import (
-    anchor_rows,
-    critic_rows,
-    evaluate_policy,
-    policy_ref,
-    train_sample,
-)
-from worker.evaluate.policies import load_policy
-from worker.evaluate.references import correct, references
-from worker.evaluate.references import summary as references_summary
-from worker.evaluate.samples import read_jsonl, run_sample_cache, write_samples
+from worker.evaluate import row_stage
 from worker.kinds.base import Kind, StageDef
 from worker.models import footprint
-from worker.models.rows import read_rows
 from worker.train.callbacks import BudgetCallbacks
 
 
@@ -92,8 +78,9 @@ def prepare_corpus(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
         if spec["trainer"] == "trm_grid":  # puzzle sets, not log rows (worker/corpus/puzzles.py)
             result = build_puzzle_corpus(corpus, out)
         else:  # the build reports the bytes of its sources read: `2.1 MB/2.2 MB read`
-            result = build_corpus(corpus, out, progress=lambda done, total: ctx.progress(
-                done, total, unit="bytes"))  # fmt: skip
+            result = build_corpus(
+                corpus, out, progress=lambda done, total: ctx.progress(done, total, unit="bytes")
+            )
     except CorpusInputError as exc:
         raise StageFailure("bad_input", str(exc)) from None
     # A decision_log source reads the database, not a file.
@@ -217,15 +204,18 @@ def launch_trainer(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
             config.get("micro_batch", "auto"), config.get("grad_accum", "auto")
         )
     # Steps and memory are known once the corpus is: refuse what cannot run, before allocating.
-    cost = footprint.estimate(name, config, corpus_dir, Path(resolved["model_cache"]),
-                              probe=bool(resolved["probe"]))  # fmt: skip
+    cost = footprint.estimate(
+        name, config, corpus_dir, Path(resolved["model_cache"]), probe=bool(resolved["probe"])
+    )
     ctx.note(f"estimate: {cost.describe()}")
     budget = resolved["budget"].get("max_seconds")
-    footprint.check(cost, ctx.settings.max_steps, max_seconds=None if budget else
-                    ctx.settings.max_seconds)  # fmt: skip
+    footprint.check(
+        cost, ctx.settings.max_steps, max_seconds=None if budget else ctx.settings.max_seconds
+    )
     lr = f"{name}.{LR_KNOBS[name]}={config.get(LR_KNOBS[name])}"  # the spec's, defaults filled
-    callbacks = BudgetCallbacks(ctx, resolved["budget"].get("max_tokens"), lr=lr,
-                                steps_formula=cost.steps_formula)  # fmt: skip
+    callbacks = BudgetCallbacks(
+        ctx, resolved["budget"].get("max_tokens"), lr=lr, steps_formula=cost.steps_formula
+    )
     batch_key, accum_key = BATCH_KEYS.get(name, ("", ""))
     if batch_key:
         defaults = SPEC_MODELS[name].model_fields
@@ -344,78 +334,15 @@ def _free_cuda_cache() -> None:
 
 # ---- evaluate (SPEC §7) ------------------------------------------------------------------------
 def evaluate(ctx: StageContext, spec: dict[str, Any]) -> dict[str, Any]:
-    """The trained model on the corpus's train sample and anchors (worker/evaluate/anchors.py):
-    writes scorecard.json and samples.jsonl (one row per anchor example)."""
+    """The trained model on the corpus's train sample and anchors (worker/evaluate/anchors.py,
+    through worker/evaluate/row_stage.py): writes scorecard.json and samples.jsonl (one row per
+    anchor example)."""
     resolved = resolved_config(ctx.run_id, ctx.settings, spec)
     if resolved["trainer"] == "trm_grid":  # whole answers on held-out puzzles
         from worker.evaluate.puzzles import evaluate_stage
 
         return evaluate_stage(ctx, spec, resolved)
-    corpus_dir = Path(resolved["corpus_dir"])
-    train_path = corpus_dir / TRAIN_ROWS
-    if not train_path.exists():
-        raise StageFailure("dependency", f"{train_path} is missing: prepare_corpus writes it")
-    policy = load_policy(policy_ref(resolved))
-    seed = int(resolved["seed"] or 0)
-    sizes = TrainEvaluateConfig.model_validate(spec.get("evaluate") or {})
-    train = train_sample(read_jsonl(train_path), seed, sizes.train_sample)
-    anchors, split = anchor_rows(corpus_dir)
-    if resolved["probe"]:
-        train, anchors = train[:1], anchors[:1]
-    critic = critic_rows(corpus_dir)
-    cache = run_sample_cache(ctx.settings.runs_dir, ctx.run_dir, policy.model_hash)
-    card, samples, counters = evaluate_policy(
-        policy, train, anchors, split, spec.get("corpus") or {}, cache,
-        critic=critic, seed=seed, episodes=2 if resolved["probe"] else sizes.episodes,
-        progress=lambda done, total: ctx.progress(done, total, unit="rows"),
-        should_stop=ctx.should_stop, on_pass=ctx.pass_progress,
-    )  # fmt: skip
-    card.update(run_id=ctx.run_id, trainer=resolved["trainer"], corpus_hash=resolved["corpus_hash"])
-    # What a user would pick instead, trained on the same train split, on the same anchors.
-    fit_rows = read_rows(train_path)[: 50 if resolved["probe"] else None]
-    card["references"] = references(
-        [float(s["correct"]) for s in samples], anchors, fit_rows,
-        read_rows(corpus_dir / VAL_ROWS), seed,
-    )  # fmt: skip
-    ctx.note(references_summary(card["references"]))
-    untrained = untrained_score(resolved, train_path, anchors)
-    if untrained is not None:
-        card["untrained_anchor_score"] = untrained
-    write_json_atomic(ctx.run_dir / SCORECARD, card)
-    write_samples(ctx.run_dir / SAMPLES, samples)
-    ctx.inputs.extend(p for p in (train_path, corpus_dir / f"{split}.jsonl") if p.exists())
-    ctx.outputs.extend([ctx.run_dir / SCORECARD, ctx.run_dir / SAMPLES])
-    ctx.counters["examples_scored"] = counters["scored"] + counters["cached"]
-    ctx.counters["examples_cached"] = counters["cached"]
-    ctx.counters["tokens_scored"] = counters["tokens_scored"]
-    for note in card["notes"]:
-        ctx.note(note)
-    # A train run's best is what it trained, as measured here (the runs list's best_anchor).
-    show_best(ctx.card, card)
-    ctx.progress(
-        len(train) + len(anchors), len(train) + len(anchors), unit="rows",
-        current_anchor=card["anchor_score"], current_train=card["train_score"],
-        current_gap=card["generalization_gap"],
-    )  # fmt: skip
-    return {
-        **sc.headline(card),
-        "anchor_split": split,
-        "n": card["n"],
-        "untrained_score": untrained["value"] if untrained else None,
-    }
-
-
-def untrained_score(
-    resolved: dict[str, Any], train_path: Path, anchors: list[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """The same trm, untrained (same config, seed and features), on the same anchors: the floor a
-    trained model must clear; a tie means it learned nothing the anchors can see. None for qlora
-    (its untrained model is the base LM: a second full scoring pass) and gbdt."""
-    if resolved["trainer"] != "trm" or not anchors:
-        return None
-    ref = {"type": "untrained_trm", "vocab_rows": str(train_path),
-           "seed": int(resolved["seed"] or 0), "config": resolved["config"] or {}}  # fmt: skip
-    return sc.score(correct(load_policy(ref), anchors))
+    return row_stage.evaluate_stage(ctx, spec, resolved)
 
 
 # ---- the dry run (SPEC §3.2) -------------------------------------------------------------------

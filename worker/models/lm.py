@@ -174,11 +174,14 @@ def _dequantize(module: Any, dtype: torch.dtype) -> torch.Tensor:
     if state.nested:
         absmax = (
             torch.ops.bitsandbytes.dequantize_blockwise.default(
-                absmax, state.state2.absmax, state.state2.code, state.state2.blocksize,
+                absmax,
+                state.state2.absmax,
+                state.state2.code,
+                state.state2.blocksize,
                 torch.float32,
             )
             + state.offset
-        )  # fmt: skip
+        )
     dequantize = torch.ops.bitsandbytes.dequantize_4bit.default
     with torch.no_grad():
         return dequantize(

@@ -35,7 +35,12 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
                 "bad_input", f"{path.name} line {n}: the action is not one of the row's tools"
             )
         meta = row.get("meta") if isinstance(row.get("meta"), dict) else {}
-        rows.append({"state": state if isinstance(state, str) else json.dumps(state),
-                     "tools": [str(t) for t in tools], "action": action,
-                     "env": str(meta.get("env") or "")})  # fmt: skip
+        rows.append(
+            {
+                "state": state if isinstance(state, str) else json.dumps(state),
+                "tools": [str(t) for t in tools],
+                "action": action,
+                "env": str(meta.get("env") or ""),
+            }
+        )
     return rows

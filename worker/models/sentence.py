@@ -102,9 +102,12 @@ class SentenceEncoder:
             for start in range(0, len(order), BATCH):
                 keys = order[start : start + BATCH]
                 batch = tokenizer(
-                    [texts[k] for k in keys], return_tensors="pt", padding=True,
-                    truncation=True, max_length=MAX_TOKENS,
-                )  # fmt: skip
+                    [texts[k] for k in keys],
+                    return_tensors="pt",
+                    padding=True,
+                    truncation=True,
+                    max_length=MAX_TOKENS,
+                )
                 hidden = model(**batch).last_hidden_state.float()
                 mask = batch["attention_mask"].unsqueeze(-1).float()
                 pooled = ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1)).numpy()

@@ -313,9 +313,13 @@ def untrained_trm(vocab_rows: Path, seed: int, config: dict[str, Any]) -> TrmPol
     tag = {"untrained": seed, "config": cfg, "features": space.names}
     digest = hashlib.sha256(json.dumps(tag, sort_keys=True).encode()).hexdigest()
     return TrmPolicy(
-        model, space, int(cfg["supervision_steps"]), torch.device("cpu"),
-        f"untrained-trm(seed={seed})", digest,
-    )  # fmt: skip
+        model,
+        space,
+        int(cfg["supervision_steps"]),
+        torch.device("cpu"),
+        f"untrained-trm(seed={seed})",
+        digest,
+    )
 
 
 # ---- policy ------------------------------------------------------------------------------------

@@ -86,9 +86,13 @@ def fit(
     return (
         booster,
         space,
-        {"rounds": best, "stopped_by": stopped["by"], "features": len(space.names),
-         "top_features": top_features(booster, space)},
-    )  # fmt: skip
+        {
+            "rounds": best,
+            "stopped_by": stopped["by"],
+            "features": len(space.names),
+            "top_features": top_features(booster, space),
+        },
+    )
 
 
 def top_features(booster: Any, space: FeatureSpace, k: int = TOP_FEATURES) -> list[dict[str, Any]]:
@@ -96,11 +100,14 @@ def top_features(booster: Any, space: FeatureSpace, k: int = TOP_FEATURES) -> li
     gains = booster.feature_importance(importance_type="gain")
     order = sorted(range(len(gains)), key=lambda i: (-gains[i], i))
     return [
-        {"feature": space.names[i], "gain": round(float(gains[i]), 3),
-         "meaning": explain(space.names[i])}
+        {
+            "feature": space.names[i],
+            "gain": round(float(gains[i]), 3),
+            "meaning": explain(space.names[i]),
+        }
         for i in order[:k]
         if gains[i] > 0
-    ]  # fmt: skip
+    ]
 
 
 def _reporter(callbacks: TrainerCallbacks, total: int, stopped: dict[str, Any]) -> Any:

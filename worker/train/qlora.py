@@ -7,7 +7,8 @@ step), `evaluate` (the val loss), `checkpoint` (save; `setup` resumes from the n
 `finish`. The model (4-bit base, LoRA on top, adapter files) is `worker/models/lm.py`; the data
 (chat rows -> token ids with labels on the assistant's answer only, packed into sequences; what
 happens to rows over `max_seq_len`) is `chat_data.py`; checkpoints (atomic, newest wins, shared
-with `trm`) are `checkpoints.py`. The service plugs in through `TrainerCallbacks`: `on_step`
+with `trm`) are `checkpoints.py`; the loss on the answer tokens, the optimizer and its schedule
+are `qlora_parts.py`. The service plugs in through `TrainerCallbacks`: `on_step`
 after every optimizer step, `should_stop()` at every step boundary (cancel, shutdown, budget: save
 a checkpoint, return), `on_eval`, `on_checkpoint`.
 
@@ -48,14 +49,12 @@ import math
 import platform
 import resource
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from core.rundir import ADAPTER, RUN_META, sha256_file, write_json_atomic
 from core.schemas.train import SPEED_MEMORY_MB, QloraTrainerConfig, qlora_batch
@@ -64,17 +63,31 @@ from worker.models import lm
 from worker.models.base_model import resolve_base_model
 from worker.train import checkpoints
 from worker.train.callbacks import TrainerCallbacks
-from worker.train.chat_data import IGNORE, Encoded, collate, encode, plan_epoch, read_messages
+from worker.train.chat_data import Encoded, collate, encode, plan_epoch, read_messages
 from worker.train.memory import Rss, lean_allocator, peak_vram, reset_peak_vram
+from worker.train.qlora_parts import (
+    answer_loss,
+    dense_fits,
+    locate,
+    lr_factor,
+    make_optimizer,
+    optimizer_step_count,
+)
 
 # The spec's defaults, plus `max_seconds`, which the stage may pass from the run's budget.
 DEFAULTS: dict[str, Any] = {**QloraTrainerConfig().model_dump(), "max_seconds": None}
 # Keys that may change between attempts without invalidating a checkpoint (the OOM retry).
 # (`activation_budget_mb` and `dequant_cache` change the speed, not what is computed.)
 RESUMABLE_CHANGES = (
-    "micro_batch", "grad_accum", "eval_every", "checkpoint_every", "max_seconds",
-    "activation_budget_mb", "dequant_cache", "eval_rows",
-)  # fmt: skip
+    "micro_batch",
+    "grad_accum",
+    "eval_every",
+    "checkpoint_every",
+    "max_seconds",
+    "activation_budget_mb",
+    "dequant_cache",
+    "eval_rows",
+)
 WARMUP_FRACTION = 0.03
 
 
@@ -298,10 +311,16 @@ class QloraRecipe:
         done.label_tokens_trained += label_tokens
         self.step_losses.append(step_loss)
         self.callbacks.on_step(
-            done.step, self.total, loss=step_loss, lr=lr,
-            tokens_per_s=tokens / max(seconds, 1e-9), tokens=tokens, seconds=seconds,
-            epoch=epoch, tokens_trained=done.tokens_trained,  # the run's `max_tokens` reads it
-        )  # fmt: skip
+            done.step,
+            self.total,
+            loss=step_loss,
+            lr=lr,
+            tokens_per_s=tokens / max(seconds, 1e-9),
+            tokens=tokens,
+            seconds=seconds,
+            epoch=epoch,
+            tokens_trained=done.tokens_trained,  # the run's `max_tokens` reads it
+        )
         return done.step
 
     # ---- evaluate: the loss on the val rows ----------------------------------------------------
@@ -329,100 +348,61 @@ class QloraRecipe:
     # ---- checkpoint: what a resume needs, whole or not at all ----------------------------------
     def checkpoint(self) -> None:
         step, lora = self.done.step, partial(lm.save_lora, self.model)
-        meta = {**asdict(self.done), "fingerprint": self.fingerprint,
-                "total_steps": self.total, "config": self.cfg}  # fmt: skip
+        meta = {
+            **asdict(self.done),
+            "fingerprint": self.fingerprint,
+            "total_steps": self.total,
+            "config": self.cfg,
+        }
         path = checkpoints.save(self.out_dir, step, lora, self.optimizer, self.scheduler, meta)
         self.callbacks.on_checkpoint(step, path)
 
     # ---- finish: the adapter, run_meta.json, the result ----------------------------------------
     def finish(self, stopped_by: str | None, contract: str, started: float) -> dict[str, Any]:
         cfg, data, losses = self.cfg, self.data, self.step_losses
-        write = partial(lm.save_adapter, model=self.model, tokenizer=self.tokenizer,
-                        base_model=cfg["base_model"])  # fmt: skip
+        write = partial(
+            lm.save_adapter,
+            model=self.model,
+            tokenizer=self.tokenizer,
+            base_model=cfg["base_model"],
+        )
         adapter = checkpoints.write_folder(self.out_dir / ADAPTER, write)
         trained = (self.session_tokens, self.session_seconds)
         done = asdict(self.done)
         result = {
             **{k: done[k] for k in ("rows_trained", "tokens_trained", "label_tokens_trained")},
-            "steps": self.done.step, "total_steps": self.total, "stopped_by": stopped_by,
+            "steps": self.done.step,
+            "total_steps": self.total,
+            "stopped_by": stopped_by,
             "resumed_from_step": self.resumed_from,
             "optimizer_state_step": optimizer_step_count(self.optimizer),
             "final_loss": losses[-1] if losses else None,
             "first_loss": losses[0] if losses else None,
-            "eval_loss": self.evals[-1]["loss"] if self.evals else None, "evals": self.evals,
-            "rows_truncated": data.truncated, "rows_dropped": data.dropped,
-            "data": {"max_seq_len": cfg["max_seq_len"], "train": data.counts(),
-                     "val": self.val_data.counts()},
+            "eval_loss": self.evals[-1]["loss"] if self.evals else None,
+            "evals": self.evals,
+            "rows_truncated": data.truncated,
+            "rows_dropped": data.dropped,
+            "data": {
+                "max_seq_len": cfg["max_seq_len"],
+                "train": data.counts(),
+                "val": self.val_data.counts(),
+            },
             "tokens_per_s": trained[0] / trained[1] if trained[1] else None,
             "seconds": time.time() - started,
             "peak_rss_bytes": self.rss.peak,
             "peak_rss_process_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "peak_vram_bytes": peak_vram(),
-            "device": self.device.type, "compute_dtype": str(self.dtype).removeprefix("torch."),
-            "kernels": self.kernels, "allocator": self.allocator,
+            "device": self.device.type,
+            "compute_dtype": str(self.dtype).removeprefix("torch."),
+            "kernels": self.kernels,
+            "allocator": self.allocator,
             "trainable_params": sum(p.numel() for p in self.trainable),
-        }  # fmt: skip
+        }
         meta_path = self.out_dir / RUN_META
         write_json_atomic(meta_path, run_meta(self, result, contract))
         newest = checkpoints.list_checkpoints(self.out_dir)[-1:]
         result["artifacts"] = [str(adapter), str(meta_path), *map(str, newest)]
         return result
-
-
-# ---- the recipe's small parts ------------------------------------------------------------------
-def answer_loss(model: Any, batch: dict[str, Any], device: torch.device) -> torch.Tensor:
-    """Summed cross-entropy over the labelled (assistant) tokens; the output head runs on those
-    positions only."""
-    causal_lm = model.get_base_model()
-    hidden = causal_lm.get_decoder()(
-        input_ids=batch["input_ids"].to(device),
-        position_ids=batch["position_ids"].to(device),
-        use_cache=False,
-    ).last_hidden_state
-    targets = batch["labels"][:, 1:].to(device)
-    keep = targets != IGNORE
-    logits = causal_lm.get_output_embeddings()(hidden[:, :-1][keep])
-    return F.cross_entropy(logits.float(), targets[keep], reduction="sum")
-
-
-def dense_fits(dense: int) -> bool:
-    """The dequantized copy is worth its memory where it takes at most an eighth of what is
-    available (SmolLM2-135M: 405 MiB float32, 203 MiB bf16)."""
-    import psutil
-
-    return dense * 8 <= psutil.virtual_memory().available
-
-
-def make_optimizer(
-    params: list[torch.nn.Parameter], lr: float, device: torch.device
-) -> torch.optim.Optimizer:
-    """AdamW; on CUDA bitsandbytes' paged 8-bit AdamW (its state pages out instead of OOMing)."""
-    if device.type == "cuda":
-        import bitsandbytes as bnb
-
-        return bnb.optim.PagedAdamW8bit(params, lr=lr, weight_decay=0.0)
-    return torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-
-
-def lr_factor(step: int, warmup: int, total: int) -> float:
-    """Linear warmup, then cosine decay to a tenth of the peak."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
-
-
-def locate(step: int, steps_in_epoch: Callable[[int], int]) -> tuple[int, int]:
-    """(epoch, step within it) of global `step`; past the configured epochs (a `max_steps` longer
-    than `epochs`) the data keeps cycling in fresh epochs."""
-    epoch = 0
-    while step >= steps_in_epoch(epoch):
-        step, epoch = step - steps_in_epoch(epoch), epoch + 1
-    return epoch, step
-
-
-def optimizer_step_count(optimizer: torch.optim.Optimizer) -> int | None:
-    return next((int(st["step"]) for st in optimizer.state.values() if "step" in st), None)
 
 
 def run_meta(recipe: QloraRecipe, result: dict[str, Any], contract: str) -> dict[str, Any]:
@@ -438,22 +418,28 @@ def run_meta(recipe: QloraRecipe, result: dict[str, Any], contract: str) -> dict
         "trainer": "qlora",
         "hyperparameters": cfg,
         "resolved": {
-            "base_model_dir": str(recipe.base_dir), "device": result["device"],
+            "base_model_dir": str(recipe.base_dir),
+            "device": result["device"],
             "quantization": "4-bit nf4, double quant (bitsandbytes)",
             "compute_dtype": result["compute_dtype"],
             "gradient_checkpointing": result["kernels"]["gradient_checkpointing"],
             "activation_budget_mb": result["kernels"]["activation_budget_mb"],
             "dequant_cache": result["kernels"]["dequant_cache"],
-            "attention": result["kernels"]["attention"], "threads": result["kernels"]["threads"],
+            "attention": result["kernels"]["attention"],
+            "threads": result["kernels"]["threads"],
             "allocator": result["allocator"],
             "optimizer": "PagedAdamW8bit" if result["device"] == "cuda" else "AdamW",
             "schedule": f"linear warmup {WARMUP_FRACTION:.0%}, cosine to 10%",
             "loss": "assistant answer + end-of-turn token",
             "over_max_seq_len": "prompt's beginning cut; dropped when the answer does not fit",
-            "micro_batch": recipe.micro, "grad_accum": recipe.accum,
-            "eval_rows": len(recipe.val), "total_steps": result["total_steps"],
+            "micro_batch": recipe.micro,
+            "grad_accum": recipe.accum,
+            "eval_rows": len(recipe.val),
+            "total_steps": result["total_steps"],
         },
-        "seed": cfg["seed"], "contract": contract, "probe": recipe.probe,
+        "seed": cfg["seed"],
+        "contract": contract,
+        "probe": recipe.probe,
         "corpus_hash": corpus_hash,
         "messages_sha256": {
             split: sha256_file(path) if path.exists() else "" for split, path in splits
@@ -463,4 +449,4 @@ def run_meta(recipe: QloraRecipe, result: dict[str, Any], contract: str) -> dict
             **{m.__name__: m.__version__ for m in (torch, transformers, peft, bitsandbytes)},
         },
         "result": {k: v for k, v in result.items() if k != "evals"},
-    }  # fmt: skip
+    }

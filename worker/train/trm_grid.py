@@ -272,8 +272,9 @@ def run(
     reset_peak_vram()
     rss = Rss()
     try:
-        model, result = train(cfg, data, val, callbacks, seed=seed, device=device,
-                              out_dir=Path(out_dir))  # fmt: skip
+        model, result = train(
+            cfg, data, val, callbacks, seed=seed, device=device, out_dir=Path(out_dir)
+        )
     finally:
         torch.set_num_threads(threads)
     rss.sample()
