@@ -139,14 +139,18 @@ class Assembly:
                 found += mine
             paths = np.concatenate([c.paths for _, c, _, _ in got])
             paths += np.repeat(np.array(offsets, dtype=np.intp), lengths)
-        missing = None in found
-        ctx = np.array([0.0 if c is None else c for c in found] if missing else found)[paths]
+        # A path without its number (None) is NaN here (a context number is finite): its
+        # columns are left unset below, whatever NaN made of them.
+        known = np.array(found, dtype=np.float64)
+        absent = np.isnan(known)
+        missing = bool(absent.any())
+        ctx = known[paths]
         values = np.where(ge, (numbers >= ctx).astype(np.float64), numbers - ctx)
         skips = [k for k, (_, _, _, skip) in enumerate(got) if skip]
         if not missing and not skips:  # every path has its number: every column is set
             out[at, columns] = values
             return
-        have = np.array([c is not None for c in found])[paths]
+        have = ~absent[paths]
         if skips:
             ends = np.cumsum(lengths)
             for k in skips:

@@ -177,21 +177,23 @@ def match_cells(
     at_all: list[int] = []
     values_all: list[float] = []
     sizes: list[int] = []
-    kept: list[Kept] = []
-    for found_columns, matched in groups.items():
+    for matched in groups.values():
         at_all += matched.at
         values_all += matched.values
         sizes += matched.sizes
-        kept += [found_columns] * len(matched.sizes)
     values = np.array(values_all, dtype=np.float64)
     if len(values) <= SMALL or np.signbit(values).any() or np.isnan(values).any():
+        kept = [k for k, matched in groups.items() for _ in matched.sizes]
         return _cells_by_row(at_all, values_all, sizes, kept, width)
     at = np.array(at_all, dtype=np.intp) * width
     counts = np.array(sizes, dtype=np.intp)
     starts = np.cumsum(counts) - counts
     segment = np.repeat(np.arange(len(counts)), counts)
-    table = np.array([[-1 if c is None else c for c in k] for k in kept], dtype=np.intp)
-    columns = table[segment]  # each value's own, R, HI, LO columns (-1: not kept)
+    # Each value's own, R, HI, LO columns (-1: not kept): a group's values follow one another,
+    # so its row of the table (one a group, not one a row's group) repeated over them.
+    table = np.array([[-1 if c is None else c for c in k] for k in groups], dtype=np.intp)
+    group = np.repeat(np.arange(len(groups)), [len(m.values) for m in groups.values()])
+    columns = table[group]
     own = columns[:, 0] >= 0
     # The share below: each value against its row's values (NaN pads a shorter row).
     row = np.full((len(counts), int(counts.max())), np.nan)
