@@ -20,14 +20,20 @@ def broken_play_root(tmp_path: Path) -> Path:
         "{not json",  # line 2 bad_json
         trace(0, 1, 3, tools),  # line 3 label_out_of_range (0-based: 3 of 3)
         trace(0, 2, None, tools),  # line 4 missing_label
-        {"episode": 0, "turn": 3, "label": "PICK 0", "event": {}, "latent": {},
-         "reasoning_interpret_log": {"candidate_scores": [{"opt_id": "n"}]}},  # 5 missing_state
+        {
+            "episode": 0,
+            "turn": 3,
+            "label": "PICK 0",
+            "event": {},
+            "latent": {},
+            "reasoning_interpret_log": {"candidate_scores": [{"opt_id": "n"}]},
+        },  # 5 missing_state
         trace(0, 0, 0, tools),  # line 6 duplicate of line 1
         trace(1, 0, -1, tools),  # line 7 label_out_of_range (never clamped to 0)
         trace(1, 1, "MOVE 1", tools),  # line 8 bad_label
         trace(1, 2, 2, tools),  # line 9 ok
         "",  # line 10 blank
         "[1, 2]",  # line 11 not_object
-    ]  # fmt: skip
+    ]
     write_jsonl(root / "worlds" / "grid-a" / "trm_traces.jsonl", rows)
     return root

@@ -133,8 +133,15 @@ def test_import_spec_translates_the_skill_corpus_spec_with_warnings(
     assert spec.split.by is None  # group split by SPEC §4's rule
     assert spec.sources[0].path == str((tmp_path / "data" / "play").resolve())
     assert spec.knobs.source_mix == {"trm_play_root_0": 2.0, "traces": 1.0}
-    for key in ("train_ratio", "shuffle_seed", "output_dir", "max_rows", "sources[1].notes",
-                "sources[0].name", "sources[0].weight"):  # fmt: skip
+    for key in (
+        "train_ratio",
+        "shuffle_seed",
+        "output_dir",
+        "max_rows",
+        "sources[1].notes",
+        "sources[0].name",
+        "sources[0].weight",
+    ):
         assert f"warning: {tmp_path / 'skill_corpus.json'}: {key}" in err, key
     assert "group split" in err
 

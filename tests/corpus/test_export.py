@@ -96,9 +96,16 @@ def test_a_build_leaves_only_finished_files_and_a_manifest_that_matches(tmp_path
     )
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert names == sorted(
-        ["manifest.json", "train.jsonl", "val.jsonl", "anchor.jsonl", "critic.jsonl",
-         "messages.jsonl", "messages_val.jsonl"]
-    )  # fmt: skip
+        [
+            "manifest.json",
+            "train.jsonl",
+            "val.jsonl",
+            "anchor.jsonl",
+            "critic.jsonl",
+            "messages.jsonl",
+            "messages_val.jsonl",
+        ]
+    )
     manifest = json.loads(result.files["manifest"].read_text())
     assert manifest == result.manifest
     for name, entry in manifest["files"].items():

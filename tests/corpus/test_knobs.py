@@ -194,20 +194,33 @@ def test_auto_namespace_maps_every_worlds_spelling_to_its_tags(tmp_path: Path, f
 
 
 def test_auto_namespace_reads_a_reasoning_traces_tags_field(tmp_path: Path) -> None:
-    generate(tmp_path / "play", families=["route"], worlds=3, episodes=2, seed=5,
-             formats=["reasoning_trace"])  # fmt: skip
+    generate(
+        tmp_path / "play",
+        families=["route"],
+        worlds=3,
+        episodes=2,
+        seed=5,
+        formats=["reasoning_trace"],
+    )
     source = {
-        "type": "jsonl", "mode": "reasoning_trace", "name": "r",
+        "type": "jsonl",
+        "mode": "reasoning_trace",
+        "name": "r",
         "path": str(tmp_path / "play" / "reasoning_traces.jsonl"),
-        "state_fields": ["observation.request.intent"], "tools_field": "options.ids",
-        "tags_field": "options.tags", "action_field": "decision.action",
+        "state_fields": ["observation.request.intent"],
+        "tools_field": "options.ids",
+        "tags_field": "options.tags",
+        "action_field": "decision.action",
         "meta_fields": ["meta.world_id"],
-    }  # fmt: skip
+    }
     spec = spec_of(source, knobs={"namespace_normalization": "auto"}, split={"val_fraction": 0})
     rows = read_rows(build_corpus(spec, tmp_path / "o").files["train"])
     assert rows and {t for row in rows for t in row["tools"]} == {
-        "route:TRM_ONLY", "route:TRM_PLUS_LLM", "route:LLM_DIRECT", "route:COMPILE_PROMPT"
-    }  # fmt: skip
+        "route:TRM_ONLY",
+        "route:TRM_PLUS_LLM",
+        "route:LLM_DIRECT",
+        "route:COMPILE_PROMPT",
+    }
 
 
 def test_namespace_collisions_keep_the_raw_ids_and_are_counted(tmp_path: Path) -> None:

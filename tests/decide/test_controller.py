@@ -79,8 +79,12 @@ def test_abstains_when_the_margin_is_under_the_threshold(trm_run: TinyRun) -> No
     assert any(d.abstain for d in decisions) and not all(d.abstain for d in decisions)
     assert all(d.action in r.tools for r, d in zip(rows, decisions, strict=True))
     one = controller.decide([DecideRow(rows[0].state, rows[0].tools[:1])])[0]
-    assert (one.action, one.scores, one.margin, one.abstain) == (rows[0].tools[0], [1.0], 1.0,
-                                                                  False)  # fmt: skip
+    assert (one.action, one.scores, one.margin, one.abstain) == (
+        rows[0].tools[0],
+        [1.0],
+        1.0,
+        False,
+    )
 
 
 @pytest.mark.parametrize(

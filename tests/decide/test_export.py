@@ -67,12 +67,17 @@ def test_an_export_decides_as_the_service_does_in_a_bare_python(which, request, 
     moved.parent.mkdir()
     out.rename(moved)
     rows_file = tmp_path / "rows.jsonl"
-    rows_file.write_text("".join(json.dumps({"state": json.loads(r.state), "tools": r.tools})
-                                 + "\n" for r in rows))  # fmt: skip
+    rows_file.write_text(
+        "".join(json.dumps({"state": json.loads(r.state), "tools": r.tools}) + "\n" for r in rows)
+    )
     done = subprocess.run(
         [sys.executable, "-I", "-c", ISOLATED, str(moved / "decide.py"), "--rows", str(rows_file)],
-        cwd=tmp_path, env={"PYTHONPATH": str(moved)}, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(moved)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().splitlines()[-1] == "[]"  # no torch, nothing of the project
     answers = [json.loads(line) for line in done.stdout.splitlines()]

@@ -145,10 +145,14 @@ def test_a_finished_run_posts_a_signed_webhook_end_to_end(
 ) -> None:
     (tmp_path / "logs").mkdir()
     service = Service(
-        {**env, "TRM_NOTIFY_SECRET": SECRET, "TRM_NOTIFY_BACKOFF_S": "0.2",
-         "TRM_NOTIFY_ALLOW": ",".join(LOOPBACK)},
+        {
+            **env,
+            "TRM_NOTIFY_SECRET": SECRET,
+            "TRM_NOTIFY_BACKOFF_S": "0.2",
+            "TRM_NOTIFY_ALLOW": ",".join(LOOPBACK),
+        },
         tmp_path / "logs",
-    )  # fmt: skip
+    )
     try:
         service.start_api()
         service.start_worker()

@@ -111,8 +111,22 @@ def test_bench_materializes_a_shipped_bench_and_names_its_anchors(
 def test_generate_writes_a_puzzle_set_and_names_its_corpus_source(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["envs", "generate", "--families", "sudoku", "--side", "4", "--givens", "6",
-            "--technique", "any", "--count", "5", "--out", str(tmp_path)]  # fmt: skip
+    argv = [
+        "envs",
+        "generate",
+        "--families",
+        "sudoku",
+        "--side",
+        "4",
+        "--givens",
+        "6",
+        "--technique",
+        "any",
+        "--count",
+        "5",
+        "--out",
+        str(tmp_path),
+    ]
     assert run(argv) == 0
     meta = json.loads((tmp_path / "sudoku" / "puzzles.json").read_text())
     assert meta["count"] == 5 and meta["params"]["side"] == 4

@@ -28,9 +28,16 @@ def ctx_for(root: Path, run_id: str, stage: str) -> StageContext:
     run_dir = settings.runs_dir / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     return StageContext(
-        run_id=run_id, kind="bench", stage=stage, attempt=1, run_dir=run_dir, settings=settings,
-        publisher=Events(), card=Card(run_id=run_id, kind="bench"), spec={},  # type: ignore[arg-type]
-    )  # fmt: skip
+        run_id=run_id,
+        kind="bench",
+        stage=stage,
+        attempt=1,
+        run_dir=run_dir,
+        settings=settings,
+        publisher=Events(),
+        card=Card(run_id=run_id, kind="bench"),
+        spec={},  # type: ignore[arg-type]
+    )
 
 
 def run_bench(root: Path, run_id: str, spec: dict[str, Any]) -> tuple[dict, StageContext]:

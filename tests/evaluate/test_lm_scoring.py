@@ -46,8 +46,12 @@ ROWS = 4  # anchor rows compared (generation is the slow part: ~2.5 s a row on 2
 def trained(smol_adapter: SmolAdapter) -> tuple[LmPolicy, list[dict[str, Any]], dict[str, Any]]:
     """(the trained adapter loaded as a policy, anchor rows of a world it never saw, its ref)."""
     assert smol_adapter.result["rows_truncated"] == 0
-    ref = {"type": "qlora", "path": str(smol_adapter.adapter), "contract": "action_only",
-           "model_cache": str(smol_adapter.model_cache)}  # fmt: skip
+    ref = {
+        "type": "qlora",
+        "path": str(smol_adapter.adapter),
+        "contract": "action_only",
+        "model_cache": str(smol_adapter.model_cache),
+    }
     policy = load_policy(ref)
     assert isinstance(policy, LmPolicy)
     rows = read_jsonl(smol_adapter.corpus / "anchor.jsonl")[:ROWS]
@@ -84,8 +88,10 @@ def test_scores_are_the_trained_answers_log_likelihood_in_one_pass_per_batch(tra
             prompt, answers = policy.encode(row["state"], row["tools"])
             for tool, answer, score in zip(row["tools"], answers, row_scores, strict=True):
                 # the tokens scored are the ones the trainer labelled: the answer and end of turn
-                said = [*policy.messages(row["state"], row["tools"]),
-                        {"role": "assistant", "content": tool}]  # fmt: skip
+                said = [
+                    *policy.messages(row["state"], row["tools"]),
+                    {"role": "assistant", "content": tool},
+                ]
                 text = tokenizer.apply_chat_template(said, tokenize=False)
                 whole = tokenizer(text, add_special_tokens=False)["input_ids"]
                 assert whole[: len(prompt) + len(answer)] == prompt + answer

@@ -52,16 +52,20 @@ def test_primehub_benches_score_a_results_export_and_name_a_missing_one(
             for rate in ("failure_rate", "recovery_rate"):
                 assert scores[rate] == EXPECTED[rate]
                 assert scores["scores"][rate]["source"] == "tagged_rows"  # no rollouts of an export
-            per_world = {w.split("-")[0]: v["anchor_score"]["value"]
-                         for w, v in scores["per_world"].items()}  # fmt: skip
+            per_world = {
+                w.split("-")[0]: v["anchor_score"]["value"] for w, v in scores["per_world"].items()
+            }
             assert per_world == EXPECTED["per_world"]
             assert set(scores["per_world"]) <= set(load_entry(name)["anchor_worlds"])
         assert card["delta"]["anchor_score"]["value"] == 0.0
         samples = service.http.get(f"/runs/{run_id}/artifacts/samples.jsonl").text.splitlines()
         assert len(samples) == 2 * EXPECTED["n_anchor"]  # one per anchor row and side
         listed = service.http.get(f"/runs/{run_id}/artifacts").json()["artifacts"]
-        manifests = [a["path"] for a in listed if a["path"].endswith("/manifest.json")
-                     and "/corpus-" in a["path"]]  # fmt: skip
+        manifests = [
+            a["path"]
+            for a in listed
+            if a["path"].endswith("/manifest.json") and "/corpus-" in a["path"]
+        ]
         assert manifests  # the anchor corpus built from the export, with its accounting
         corpus = service.http.get(f"/runs/{run_id}/artifacts/{manifests[0]}").json()
         assert corpus["invalid"] == {"action_not_in_tools": EXPECTED["invalid_rows"]}

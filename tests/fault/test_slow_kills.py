@@ -115,9 +115,10 @@ def test_qlora_kill9_resumes_from_the_newest_checkpoint(
     steps = [
         e["data"]["step"]
         for e in events[events.index(attempt_started(events, 2)) :]
-        if e["type"] == "metric" and e["data"].get("stage") == "launch_trainer"
+        if e["type"] == "metric"
+        and e["data"].get("stage") == "launch_trainer"
         and "loss" in e["data"]
-    ]  # fmt: skip
+    ]
     assert steps == list(range(resumed + 1, STEPS + 1)), "attempt 2 counts on from its checkpoint"
 
     cancel = service.http.post(f"/runs/{run['id']}/cancel")

@@ -75,10 +75,16 @@ def settings_cache(model_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def row(text: str, hard: bool, world: str) -> dict[str, Any]:
-    state = {"models": [{"name": "weak", "price": 0.2}, {"name": "strong", "price": 20}],
-             "prompt": text}  # fmt: skip
-    return {"state": json.dumps(state), "tools": ["weak", "strong"],
-            "action": "strong" if hard else "weak", "env": world}  # fmt: skip
+    state = {
+        "models": [{"name": "weak", "price": 0.2}, {"name": "strong", "price": 20}],
+        "prompt": text,
+    }
+    return {
+        "state": json.dumps(state),
+        "tools": ["weak", "strong"],
+        "action": "strong" if hard else "weak",
+        "env": world,
+    }
 
 
 def test_a_text_is_read_once_and_its_cached_vector_is_returned_after(model_cache, tmp_path):
@@ -100,9 +106,14 @@ def test_without_the_model_package_the_encoder_says_what_to_install(tmp_path, mo
 
 
 def test_only_long_context_texts_are_read_and_named_in_words():
-    state = {"models": [{"name": "weak", "note": "a cheap model for easy chat and small talk"},
-                        {"name": "strong"}],
-             "prompt": HARD[0], "title": "short one"}  # fmt: skip
+    state = {
+        "models": [
+            {"name": "weak", "note": "a cheap model for easy chat and small talk"},
+            {"name": "strong"},
+        ],
+        "prompt": HARD[0],
+        "title": "short one",
+    }
     assert long_texts(json.dumps(state), ["weak", "strong"]) == {"prompt": HARD[0]}
     assert explain("E:prompt:3") == (
         "component `3` of the sentence encoder's reading of the context text `prompt`"

@@ -29,8 +29,11 @@ def test_the_feature_space_places_the_frozen_features_in_their_columns() -> None
     # FeatureSpace.raw and .scaled (the column arrays and the scaling, however they are computed).
     rows = frozen.load()
     names = sorted({f[0] for r in rows for c in r["features"] for f in c})
-    space = FeatureSpace(names, [0.5 * (i % 7) for i in range(len(names))],
-                         [1.0 + (i % 5) for i in range(len(names))])  # fmt: skip
+    space = FeatureSpace(
+        names,
+        [0.5 * (i % 7) for i in range(len(names))],
+        [1.0 + (i % 5) for i in range(len(names))],
+    )
     column = {n: j for j, n in enumerate(names)}
     for row in rows:
         want = np.full((len(row["tools"]), len(names)), np.nan)

@@ -14,16 +14,26 @@ from worker.train import gbdt
 ROOT = Path(__file__).resolve().parents[2]
 
 STATES = [
-    {"routes": {"FAST": {"cost": 1, "tools": ["calc"]}, "SLOW": {"cost": 3, "tools": []}},
-     "request": {"intent": "calc", "prompt": "Add these two numbers for me please"},
-     "budget": 2, "queue": ["slow", "fast"]},
+    {
+        "routes": {"FAST": {"cost": 1, "tools": ["calc"]}, "SLOW": {"cost": 3, "tools": []}},
+        "request": {"intent": "calc", "prompt": "Add these two numbers for me please"},
+        "budget": 2,
+        "queue": ["slow", "fast"],
+    },
     {"map": ["..#..", ".....", "~...."], "pos": [1, 1], "goal": [4, 2]},
     {"busy": {"oven": "..#..."}, "job": {"dur": 2}},
-    {"instance": {"budget": 4, "jobs": [{"dur": 1}, {"dur": 2}]}, "proposal": ["a", "b"],
-     "tags": {"a": "place:oven@t1", "b": "place:oven@t3"}},
-]  # fmt: skip
-TOOLS = [["route:FAST", "route:SLOW"], ["move:north", "move:east"],
-         ["place:oven@t1", "place:oven@t2"], ["verdict:accept", "verdict:reject"]]  # fmt: skip
+    {
+        "instance": {"budget": 4, "jobs": [{"dur": 1}, {"dur": 2}]},
+        "proposal": ["a", "b"],
+        "tags": {"a": "place:oven@t1", "b": "place:oven@t3"},
+    },
+]
+TOOLS = [
+    ["route:FAST", "route:SLOW"],
+    ["move:north", "move:east"],
+    ["place:oven@t1", "place:oven@t2"],
+    ["verdict:accept", "verdict:reject"],
+]
 
 
 def test_the_docs_list_the_feature_kinds_table_as_the_code_declares_it() -> None:
@@ -55,8 +65,14 @@ def test_a_gbdt_model_lists_its_top_features_by_name_and_in_words() -> None:
         state = {"routes": {k: {"cost": v} for k, v in costs.items()}, "budget": 5}
         tools = ["route:FAST", "route:SLOW"]
         cheap = min(costs, key=lambda k: (costs[k], k))
-        rows.append({"state": json.dumps(state), "tools": tools, "action": f"route:{cheap}",
-                     "env": f"w{i % 3}"})  # fmt: skip
+        rows.append(
+            {
+                "state": json.dumps(state),
+                "tools": tools,
+                "action": f"route:{cheap}",
+                "env": f"w{i % 3}",
+            }
+        )
     booster, space, info = gbdt.fit(rows[:90], rows[90:], {"n_estimators": 20}, seed=0)
     assert all(c.replace("_", "").isalnum() for c in space.columns)
     assert len(set(space.columns)) == len(space.columns)

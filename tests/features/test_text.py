@@ -15,10 +15,32 @@ from worker.train import gbdt, trm
 from worker.train.callbacks import TrainerCallbacks
 
 # 5 epochs: the trm learned both tests' decisions (val and held out 1.0) in the first.
-TINY = {"hidden": 32, "n_recursions": 1, "cycles": 1, "supervision_steps": 1, "batch_size": 16,
-        "lr": 1e-2, "epochs": 5, "patience": 5}  # fmt: skip
-FILLER = ["please", "could", "you", "help", "me", "with", "my", "request", "today", "about",
-          "the", "thing", "we", "discussed"]  # fmt: skip
+TINY = {
+    "hidden": 32,
+    "n_recursions": 1,
+    "cycles": 1,
+    "supervision_steps": 1,
+    "batch_size": 16,
+    "lr": 1e-2,
+    "epochs": 5,
+    "patience": 5,
+}
+FILLER = [
+    "please",
+    "could",
+    "you",
+    "help",
+    "me",
+    "with",
+    "my",
+    "request",
+    "today",
+    "about",
+    "the",
+    "thing",
+    "we",
+    "discussed",
+]
 HARD = ["prove", "theorem", "derive", "optimize", "refactor", "integral"]
 EASY = ["hello", "thanks", "weather", "joke", "greeting", "recipe"]
 
@@ -41,8 +63,12 @@ def prompt_row(rng: random.Random, world: int) -> dict[str, Any]:
     hard = rng.random() < 0.5
     words = rng.sample(FILLER, rng.randint(2, 12)) + [rng.choice(HARD if hard else EASY)]
     rng.shuffle(words)
-    return {"state": json.dumps({"request": " ".join(words)}), "tools": ["a", "b"],
-            "action": "b" if hard else "a", "env": f"w{world}"}  # fmt: skip
+    return {
+        "state": json.dumps({"request": " ".join(words)}),
+        "tools": ["a", "b"],
+        "action": "b" if hard else "a",
+        "env": f"w{world}",
+    }
 
 
 def test_a_routing_decided_only_by_the_prompts_words_is_learned_by_both_learners(
@@ -71,19 +97,24 @@ def function_row(rng: random.Random, world: int) -> dict[str, Any]:
     for _ in range(4):
         topic = [pseudo_word(rng) for _ in range(3)]
         topics.append(topic)
-        functions.append({
-            "name": f"{pseudo_word(rng)}_{pseudo_word(rng)}",
-            "description": f"Returns the {topic[0]} {topic[1]} for a given {topic[2]}",
-            "parameters": {"type": "object", "properties": {
-                topic[2]: {"type": "string", "description": f"The {topic[2]} to look up"}}},
-        })  # fmt: skip
+        functions.append(
+            {
+                "name": f"{pseudo_word(rng)}_{pseudo_word(rng)}",
+                "description": f"Returns the {topic[0]} {topic[1]} for a given {topic[2]}",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        topic[2]: {"type": "string", "description": f"The {topic[2]} to look up"}
+                    },
+                },
+            }
+        )
     right = rng.randrange(4)
     said = rng.sample(topics[right], 2)  # two of its three topic words, in any order
     question = f"What is the {said[0]} {said[1]} please, I need it soon?"
     state = {"question": question, "functions": functions}
     tools = [f["name"] for f in functions]
-    return {"state": json.dumps(state), "tools": tools, "action": tools[right],
-            "env": f"w{world}"}  # fmt: skip
+    return {"state": json.dumps(state), "tools": tools, "action": tools[right], "env": f"w{world}"}
 
 
 def test_a_question_is_matched_with_the_function_it_describes_among_tools_never_seen() -> None:
@@ -106,8 +137,11 @@ def test_tools_naming_their_parameters_differently_are_matched_on_the_same_colum
     (`functions.*.parameters.properties.city.description`) would be one per name a tool gave."""
 
     def tool(name: str, what: str, param: str, about: str) -> dict[str, Any]:
-        return {"name": name, "description": what,
-                "parameters": {"properties": {param: {"description": about}}}}  # fmt: skip
+        return {
+            "name": name,
+            "description": what,
+            "parameters": {"properties": {param: {"description": about}}},
+        }
 
     columns = []
     for param in ("city", "loc"):
@@ -120,15 +154,20 @@ def test_tools_naming_their_parameters_differently_are_matched_on_the_same_colum
         weather, _ = row_features(json.dumps(state), ["get_weather", "send_mail"])
         columns.append({n for n in weather if n.startswith(("TO:", "TCOS:"))})
         assert weather["TO:functions.*|question"] > 0  # "town" is found, in the root's bag
-    assert columns[0] == columns[1] == {
-        "TO:functions.*|question", "TO:functions.*.description|question",
-        "TCOS:functions.*|question", "TCOS:functions.*.description|question",
-    }  # fmt: skip
+    assert (
+        columns[0]
+        == columns[1]
+        == {
+            "TO:functions.*|question",
+            "TO:functions.*.description|question",
+            "TCOS:functions.*|question",
+            "TCOS:functions.*.description|question",
+        }
+    )
 
 
 def test_texts_shorter_and_longer_than_64_characters_are_both_read() -> None:
-    state = {"short": "Book a table", "long": "Book a table for four " + "x" * 60,
-             "note": "x" * 80}  # fmt: skip
+    state = {"short": "Book a table", "long": "Book a table for four " + "x" * 60, "note": "x" * 80}
     (features,) = row_features(json.dumps(state), ["go"])
     assert features["W:short:book"] == 1.0 and features["W:long:book table"] == 1.0
     assert features["TS:long:words"] == 5.0 and "W:note:" + "x" * 80 in features

@@ -51,9 +51,12 @@ class Hermes:
         assert HERMES_PYTHON is not None
         self.proc = subprocess.Popen(
             [HERMES_PYTHON, str(DRIVER), json.dumps({"trm": server})],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
             env={"HERMES_HOME": str(home), "PATH": "/usr/bin:/bin", "HOME": str(home)},
-        )  # fmt: skip
+        )
         assert self.proc.stdout is not None and self.proc.stdin is not None
         self.listing = json.loads(self.proc.stdout.readline())
 

@@ -185,9 +185,12 @@ def test_hermes_own_loader_lists_the_skill_and_its_missing_variable(tmp_path: Pa
         ({}, ["TRM_URL"], "setup_needed"),
     ):
         done = subprocess.run(
-            [str(HERMES_PYTHON), "-c", PROBE], env={**base, **extra},
-            capture_output=True, text=True, timeout=180,
-        )  # fmt: skip
+            [str(HERMES_PYTHON), "-c", PROBE],
+            env={**base, **extra},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         seen = json.loads(done.stdout.splitlines()[-1])
         assert seen["listed"] == ["trm-trainer"]
@@ -224,8 +227,10 @@ sys.exit(main())
 def test_hermes_skills_guard_finds_the_skill_safe() -> None:
     done = subprocess.run(
         [str(HERMES_PYTHON), "-c", SCAN, str(SKILL.parent)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout.splitlines()[-1])
     assert seen["verdict"] == "safe" and seen["allowed"] is True, seen["findings"]
@@ -254,14 +259,22 @@ def skill_url() -> Iterator[str]:
 def test_hermes_skills_install_from_a_url_puts_the_skill_where_hermes_reads_it(
     tmp_path: Path, skill_url: str
 ) -> None:
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "HERMES_HOME": str(tmp_path),
-           # Hermes refuses private addresses unless told; the server here is on loopback.
-           "HERMES_ALLOW_PRIVATE_URLS": "true", "TRM_URL": "http://localhost:8000",
-           "COLUMNS": "200"}  # fmt: skip
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "HERMES_HOME": str(tmp_path),
+        # Hermes refuses private addresses unless told; the server here is on loopback.
+        "HERMES_ALLOW_PRIVATE_URLS": "true",
+        "TRM_URL": "http://localhost:8000",
+        "COLUMNS": "200",
+    }
     done = subprocess.run(
         [str(HERMES_PYTHON), "-c", INSTALL, skill_url],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = done.stdout + done.stderr
     assert done.returncode == 0 and "Verdict: SAFE" in out, out[-3000:]
     installed = tmp_path / "skills" / "trm-trainer"

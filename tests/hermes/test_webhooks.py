@@ -107,10 +107,14 @@ def test_retried_delivery_keeps_its_id_is_accepted_once_and_followers_see_it(
 ) -> None:
     (tmp_path / "logs").mkdir()
     service = Service(
-        {**env, "TRM_NOTIFY_SECRET": SECRET, "TRM_NOTIFY_BACKOFF_S": "0.2",
-         "TRM_NOTIFY_ALLOW": "127.0.0.1"},
+        {
+            **env,
+            "TRM_NOTIFY_SECRET": SECRET,
+            "TRM_NOTIFY_BACKOFF_S": "0.2",
+            "TRM_NOTIFY_ALLOW": "127.0.0.1",
+        },
         tmp_path / "logs",
-    )  # fmt: skip
+    )
     frames: list[dict[str, Any]] = []
     closed = threading.Event()
     try:
@@ -196,8 +200,10 @@ def start_hermes_route(
     hermes = subprocess.Popen(
         [str(HERMES_PYTHON), "-c", HERMES_ROUTE, json.dumps(platform)],
         env={"PATH": os.environ["PATH"], "HOME": str(home), "HERMES_HOME": str(home)},
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     lines: queue.Queue[str] = queue.Queue()
     stdout = hermes.stdout
     assert stdout is not None
@@ -226,10 +232,13 @@ def a_run_sent_to_hermes(
     hermes, lines = start_hermes_route(platform, tmp_path)
     (tmp_path / "logs").mkdir()
     service = Service(
-        {**env, "TRM_NOTIFY_SECRET": platform["extra"]["routes"]["trm"]["secret"],
-         "TRM_NOTIFY_ALLOW": f"127.0.0.1:{port}"},
+        {
+            **env,
+            "TRM_NOTIFY_SECRET": platform["extra"]["routes"]["trm"]["secret"],
+            "TRM_NOTIFY_ALLOW": f"127.0.0.1:{port}",
+        },
         tmp_path / "logs",
-    )  # fmt: skip
+    )
     frames: list[dict[str, Any]] = []
     try:
         assert json.loads(lines.get(timeout=60)) == {"ready": True}

@@ -57,10 +57,25 @@ def test_a_line_lost_in_a_crash_is_restored_on_open(migrated: Settings) -> None:
 def test_a_reused_and_an_untrained_like_candidate_say_so_in_the_ledger(migrated: Settings) -> None:
     publisher, search_id = _search(migrated)
     ledger = Ledger(publisher, search_id, migrated.run_dir(search_id))
-    ledger.record("c000", "finished", rung=3, status="completed", decision="discard",
-                  anchor_score=0.2887, untrained_score=0.2887, untrained_like=True)  # fmt: skip
-    ledger.record("c001", "finished", rung=3, status="completed", decision="discard",
-                  anchor_score=0.2887, reused_from="01J0000000000000000000RUN0")  # fmt: skip
+    ledger.record(
+        "c000",
+        "finished",
+        rung=3,
+        status="completed",
+        decision="discard",
+        anchor_score=0.2887,
+        untrained_score=0.2887,
+        untrained_like=True,
+    )
+    ledger.record(
+        "c001",
+        "finished",
+        rung=3,
+        status="completed",
+        decision="discard",
+        anchor_score=0.2887,
+        reused_from="01J0000000000000000000RUN0",
+    )
     ledger.record("skip1", "not_tried", rung=3, status="not_tried", reason="cannot change")
     rows = {r["candidate_id"]: r for r in ledger.rows()}
     assert rows["c000"]["untrained_like"] is True and rows["c000"]["untrained_score"] == 0.2887

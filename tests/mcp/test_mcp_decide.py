@@ -54,8 +54,9 @@ def test_an_agent_promotes_gets_decisions_reports_outcomes_and_reads_them_back_o
             assert [c["name"] for c in listed["controllers"]] == ["router"]
             assert listed["controllers"][0]["live"]["promoted_by"] == "token"
             answer = await call(session, "decide", name="router", rows=[ROW, ROW])
-            bad = await error_of(session, "decide", name="router",
-                                 rows=[ROW, {"state": "s", "tools": []}])  # fmt: skip
+            bad = await error_of(
+                session, "decide", name="router", rows=[ROW, {"state": "s", "tools": []}]
+            )
             unknown = await error_of(session, "decide", name="nobody", rows=[ROW])
 
             on = promoted.http.patch("/controllers/router", json={"log_decisions": True})

@@ -26,11 +26,24 @@ from tests.stack import create_database, drop_database, free_port, wait_for
 
 TOKEN = "mcp-s3cret"
 TOOLS = {
-    "submit_run", "start_bench", "get_run", "get_card", "wait_for_run", "cancel_run",
-    "list_runs", "list_benches", "read_artifact", "get_ledger", "list_controllers", "promote",
+    "submit_run",
+    "start_bench",
+    "get_run",
+    "get_card",
+    "wait_for_run",
+    "cancel_run",
+    "list_runs",
+    "list_benches",
+    "read_artifact",
+    "get_ledger",
+    "list_controllers",
+    "promote",
     "decide",
-    "report_outcomes", "list_decisions", "set_shadow", "datasets",
-}  # fmt: skip
+    "report_outcomes",
+    "list_decisions",
+    "set_shadow",
+    "datasets",
+}
 
 
 @pytest.fixture
@@ -171,8 +184,9 @@ def test_stdio_agent_lists_tools_runs_routerbench_and_reads_the_scorecard(
             large = whole.content[0].text  # type: ignore[union-attr]
             assert len(small) < 1500 < len(large), (len(small), len(large))
             assert json.loads(small)["stages"] and "spec" in json.loads(large)
-            resolved = await call(session, "read_artifact", run_id=run_id,
-                                  path="bench.resolved.json")  # fmt: skip
+            resolved = await call(
+                session, "read_artifact", run_id=run_id, path="bench.resolved.json"
+            )
             assert resolved["split"]["anchor"]
 
             # A real (small) bench: the untrained router against itself, scored on CPU.
@@ -183,8 +197,9 @@ def test_stdio_agent_lists_tools_runs_routerbench_and_reads_the_scorecard(
             done = await finish(session, real["run"]["id"])
             assert done["run"]["status"] == "completed", done
             assert "scorecard.json" in done["next"]
-            card = await call(session, "read_artifact", run_id=real["run"]["id"],
-                              path="scorecard.json")  # fmt: skip
+            card = await call(
+                session, "read_artifact", run_id=real["run"]["id"], path="scorecard.json"
+            )
             assert card["router"]["n"]["anchor"] > 0
 
             # A bad spec: the API's error, naming the field, as a tool error.
@@ -239,15 +254,17 @@ def test_http_mount_and_standalone_serve_the_same_tools_behind_the_token(
     assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"
     port = free_port()
     standalone = guarded.spawn(
-        "mcp-http", "mcp", "--http", "--port", str(port),
+        "mcp-http",
+        *f"mcp --http --port {port}".split(),
         extra_env={"TRM_URL": guarded.url, "TRM_API_TOKEN": ""},
-    )  # fmt: skip
+    )
     wait_for(lambda: _answers(port), 60, "trm mcp --http to listen")
     # A web page that rebinds a name to 127.0.0.1 is refused: its Host header gives it away.
     rebound = httpx.post(
-        f"http://127.0.0.1:{port}/mcp", headers={"Host": "evil.example:80"},
+        f"http://127.0.0.1:{port}/mcp",
+        headers={"Host": "evil.example:80"},
         json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-    )  # fmt: skip
+    )
     assert rebound.status_code == 421 and "Host" in rebound.text, rebound.text
 
     async def scenario() -> None:
@@ -260,15 +277,22 @@ def test_http_mount_and_standalone_serve_the_same_tools_behind_the_token(
             done = await finish(session, started["run"]["id"])
             assert done["run"]["status"] == "completed", done
             run_id = started["run"]["id"]
-            summary = await call(session, "read_artifact", run_id=run_id,
-                                 path="summary.json", max_bytes=40)  # fmt: skip
+            summary = await call(
+                session, "read_artifact", run_id=run_id, path="summary.json", max_bytes=40
+            )
             assert "[truncated: showing bytes 0-40 of" in summary and "offset=40" in summary
             # Paging with the offset it names gives the whole file back, byte for byte.
             whole = guarded.http.get(f"/runs/{run_id}/artifacts/summary.json").text
             pages, offset = [], 0
             while True:
-                page = await call(session, "read_artifact", run_id=run_id,
-                                  path="summary.json", max_bytes=64, offset=offset)  # fmt: skip
+                page = await call(
+                    session,
+                    "read_artifact",
+                    run_id=run_id,
+                    path="summary.json",
+                    max_bytes=64,
+                    offset=offset,
+                )
                 if not isinstance(page, str) or "[truncated" not in page:
                     pages.append(page if isinstance(page, str) else json.dumps(page))
                     break
@@ -278,8 +302,13 @@ def test_http_mount_and_standalone_serve_the_same_tools_behind_the_token(
                     break
                 offset = int(note.split("next: offset=")[1].rstrip("]"))
             assert "".join(pages) == whole
-            past = await call(session, "read_artifact", run_id=run_id, path="summary.json",
-                              offset=len(whole.encode()) + 10)  # fmt: skip
+            past = await call(
+                session,
+                "read_artifact",
+                run_id=run_id,
+                path="summary.json",
+                offset=len(whole.encode()) + 10,
+            )
             assert "past the end" in past
             # A page of a large file costs the API the page, not the file: six reads of a
             # 96 MiB artifact (each took its whole size, and kept it, before ranged reads).
@@ -288,8 +317,9 @@ def test_http_mount_and_standalone_serve_the_same_tools_behind_the_token(
             api = psutil.Process(guarded.api.pid)  # type: ignore[union-attr]
             before = api.memory_info().rss
             for k in range(6):
-                page = await call(session, "read_artifact", run_id=run_id, path="big.log",
-                                  offset=k << 20)  # fmt: skip
+                page = await call(
+                    session, "read_artifact", run_id=run_id, path="big.log", offset=k << 20
+                )
                 assert f"of {96 << 20}; next: offset=" in page
             assert api.memory_info().rss - before < 48 << 20
             text = await error_of(session, "get_run", run_id="no-such-run")
@@ -314,23 +344,34 @@ def test_http_beyond_loopback_lends_no_token_and_checks_host_and_origin(
     without that token, a rebound Host or a foreign Origin gets nothing (each got 200 and the
     run list when the server lent its token and checked names on loopback binds only)."""
     refused = subprocess.run(
-        [sys.executable, "-m", "app.cli", "mcp", "--http", "--host", "0.0.0.0",
-         "--port", str(free_port())],
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            *f"mcp --http --host 0.0.0.0 --port {free_port()}".split(),
+        ],
         env={**guarded.env, "TRM_URL": guarded.url, "TRM_API_TOKEN": ""},
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert refused.returncode == 2 and "TRM_API_TOKEN" in refused.stderr, refused.stderr
 
     port = free_port()
     server = guarded.spawn(
-        "mcp-wild", "mcp", "--http", "--host", "0.0.0.0", "--port", str(port),
-        "--allow-host", "trm-box.lan",
+        "mcp-wild",
+        *f"mcp --http --host 0.0.0.0 --port {port} --allow-host trm-box.lan".split(),
         extra_env={"TRM_URL": guarded.url, "TRM_API_TOKEN": TOKEN},
-    )  # fmt: skip
+    )
     wait_for(lambda: _answers(port), 60, "trm mcp --http --host 0.0.0.0 to listen")
     url = f"http://127.0.0.1:{port}/mcp"
-    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-               "params": {"name": "list_runs", "arguments": {}}}  # fmt: skip
+    listing = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "list_runs", "arguments": {}},
+    }
     accept = {"Accept": "application/json, text/event-stream"}
     bearer = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -389,8 +430,12 @@ def test_hermes_mcp_test_passes_against_trm_mcp(guarded: Service, tmp_path: Path
     }
     (home / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
     out = subprocess.run(
-        [str(HERMES), "mcp", "test", "trm"], env={**params.env, "HERMES_HOME": str(home)},  # type: ignore[dict-item]
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
-    )  # fmt: skip
+        [str(HERMES), "mcp", "test", "trm"],
+        env={**params.env, "HERMES_HOME": str(home)},  # type: ignore[dict-item]
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "wait_for_run" in out.stdout

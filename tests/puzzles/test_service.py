@@ -40,11 +40,28 @@ def make_puzzles(data_dir: Path, count: int = 60) -> Path:
     """A 4x4 sudoku set under DATA_DIR, written by the CLI a user would run."""
     out = data_dir / "puzzles"
     subprocess.run(
-        [sys.executable, "-m", "app.cli", "envs", "generate", "--families", "sudoku",
-         "--side", "4", "--givens", "6", "--technique", "any", "--count", str(count),
-         "--out", str(out)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "envs",
+            "generate",
+            "--families",
+            "sudoku",
+            "--side",
+            "4",
+            "--givens",
+            "6",
+            "--technique",
+            "any",
+            "--count",
+            str(count),
+            "--out",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return out / "sudoku"
 
 
@@ -67,8 +84,11 @@ def test_a_puzzle_train_run_completes_with_a_scorecard_against_one_step(
     done = service.wait_status(run["id"], "completed", "failed", "cancelled", timeout=90)
     assert done["status"] == "completed", done.get("failure_reason")
     assert [s["name"] for s in done["stages"]] == [
-        "prepare_corpus", "prepare_config", "launch_trainer", "evaluate",
-    ]  # fmt: skip
+        "prepare_corpus",
+        "prepare_config",
+        "launch_trainer",
+        "evaluate",
+    ]
     card = service.http.get(f"/runs/{run['id']}/artifacts/scorecard.json").json()
     assert card["trainer"] == "trm_grid" and card["task"] == "whole_answer"
     assert card["n"]["anchor"] == 12  # 20% of 60 puzzles held out, never trained on
@@ -142,6 +162,7 @@ def test_bad_puzzle_knobs_are_refused_at_submit_naming_the_field(
     over = service.http.post("/runs", json=grid_spec(path, **HUGE)).json()["error"]["message"]
     assert "TRM_MAX_SECONDS" in over and "at 1e+14 FLOP/s" in over
     # The same work under a budget is accepted: the budget stops it in time.
-    budgeted = service.http.post("/runs", json={**grid_spec(path, **HUGE), "dry_run": True,
-                                                "budget": {"max_seconds": 60}})  # fmt: skip
+    budgeted = service.http.post(
+        "/runs", json={**grid_spec(path, **HUGE), "dry_run": True, "budget": {"max_seconds": 60}}
+    )
     assert budgeted.status_code == 202, budgeted.text

@@ -224,8 +224,9 @@ def test_trm_show_and_watch_print_no_escape_codes(
         assert run is not None
         card = {"phase": "prepare_corpus", "data_source": f"src{ESC}"}
         reason = f"source {ESC!r} unreadable{ESC}"
-        assert set_status(tx, run, "failed", failure_class="bad_input", failure_reason=reason,
-                          card=card)  # fmt: skip
+        assert set_status(
+            tx, run, "failed", failure_class="bad_input", failure_reason=reason, card=card
+        )
     with Session(publisher.engine) as session:
         assert (session.get(Run, run_id) or Run()).failure_reason == reason
     url = ["--url", shared_service.url]

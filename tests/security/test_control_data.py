@@ -54,17 +54,27 @@ def test_a_forged_resolved_config_does_not_move_the_trainer_output(
         "kind": "train",
         "trainer": "trm",
         "trm": {"hidden": 16, "max_steps": 2},
-        "corpus": {"sources": [{"type": "jsonl", "name": "r", "path": rows_folder(
-            settings, route_corpus)}]},
-    }  # fmt: skip
+        "corpus": {
+            "sources": [{"type": "jsonl", "name": "r", "path": rows_folder(settings, route_corpus)}]
+        },
+    }
     run = service.submit(spec)
     run_dir = settings.run_dir(run["id"])
     elsewhere = tmp_path / "elsewhere"
-    forged = {"trainer": "trm", "config": {"hidden": 16, "max_steps": 2}, "contract": "action_only",
-              "corpus_dir": str(run_dir / "corpus"), "output_dir": str(elsewhere), "seed": 0,
-              "probe": False, "budget": {}, "model_cache": str(elsewhere)}  # fmt: skip
-    with forging(lambda: [p for p in [run_dir / "trainer_config.resolved.json"] if p.exists()],
-                 forged):  # fmt: skip
+    forged = {
+        "trainer": "trm",
+        "config": {"hidden": 16, "max_steps": 2},
+        "contract": "action_only",
+        "corpus_dir": str(run_dir / "corpus"),
+        "output_dir": str(elsewhere),
+        "seed": 0,
+        "probe": False,
+        "budget": {},
+        "model_cache": str(elsewhere),
+    }
+    with forging(
+        lambda: [p for p in [run_dir / "trainer_config.resolved.json"] if p.exists()], forged
+    ):
         service.start_worker()
         done = service.wait_status(run["id"], "completed", "failed", timeout=180)
     assert done["status"] == "completed", done.get("failure_reason")
@@ -81,8 +91,14 @@ def run_row(settings: Settings, kind: str, status: str) -> str:
     """A run's row as the API sees it at submit (its kind and status), and nothing else."""
     engine = make_engine(settings.database_url)
     with Session(engine) as db:
-        run = Run(kind=kind, status=status, queue="cpu", spec={"kind": kind},
-                  spec_hash="f" * 64, finished_at=utcnow())  # fmt: skip
+        run = Run(
+            kind=kind,
+            status=status,
+            queue="cpu",
+            spec={"kind": kind},
+            spec_hash="f" * 64,
+            finished_at=utcnow(),
+        )
         db.add(run)
         db.commit()
         run_id = str(run.id)
@@ -101,8 +117,9 @@ def search_run(settings: Settings, summary: dict[str, Any]) -> str:
 
 
 def bench_dry_run(service: Service, router: str) -> Any:
-    return service.http.post("/benches/routerbench", params={"dry_run": "true"},
-                             json={"router": router})  # fmt: skip
+    return service.http.post(
+        "/benches/routerbench", params={"dry_run": "true"}, json={"router": router}
+    )
 
 
 def test_a_forged_summary_of_a_referenced_run_does_not_steer_a_bench_outside_runs_dir(
@@ -160,12 +177,18 @@ def test_a_forged_candidate_scorecard_does_not_enter_the_ledger(
 
     spec = tiny_search(settings.data_dir, max_candidates=2, parallelism=1)
     search = service.submit(spec)
-    forged = {"train_score": 0.999, "anchor_score": 0.999, "failure_rate": 0.0,
-              "recovery_rate": 1.0, "generalization_gap": 0.0}  # fmt: skip
+    forged = {
+        "train_score": 0.999,
+        "anchor_score": 0.999,
+        "failure_rate": 0.0,
+        "recovery_rate": 1.0,
+        "generalization_gap": 0.0,
+    }
 
     def candidate_scorecards() -> list[Path]:
-        return [p for p in settings.runs_dir.glob("*/scorecard.json")
-                if p.parent.name != search["id"]]  # fmt: skip
+        return [
+            p for p in settings.runs_dir.glob("*/scorecard.json") if p.parent.name != search["id"]
+        ]
 
     with forging(candidate_scorecards, forged):
         service.start_worker()

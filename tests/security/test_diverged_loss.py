@@ -21,8 +21,15 @@ from core.settings import Settings
 from tests.conftest import Service, rows_folder
 
 # The recursion's residuals overflow within the first batch at this rate: NaN at step 1.
-DIVERGING = {"hidden": 8, "n_recursions": 16, "cycles": 4, "supervision_steps": 4, "lr": 0.99,
-             "batch_size": 4, "max_steps": 3}  # fmt: skip
+DIVERGING = {
+    "hidden": 8,
+    "n_recursions": 16,
+    "cycles": 4,
+    "supervision_steps": 4,
+    "lr": 0.99,
+    "batch_size": 4,
+    "max_steps": 3,
+}
 
 
 def strict(text: str) -> Any:
@@ -75,14 +82,24 @@ def test_events_never_carry_nan_or_infinity(service: Service, settings: Settings
     engine = make_engine(settings.database_url)
     try:
         publisher = Publisher(engine, None, settings)
-        metrics = {"step": 1, "loss": math.nan, "grad_norm": math.inf,
-                   "history": [1.0, -math.inf], "eval": {"val_loss": math.nan}}  # fmt: skip
+        metrics = {
+            "step": 1,
+            "loss": math.nan,
+            "grad_norm": math.inf,
+            "history": [1.0, -math.inf],
+            "eval": {"val_loss": math.nan},
+        }
         sent = publisher.publish(run["id"], "metric", metrics)
         card = publisher.publish(run["id"], "card", {"phase": "loop", "loss": math.nan})
     finally:
         engine.dispose()
-    assert sent["data"] == {"step": 1, "loss": None, "grad_norm": None, "history": [1.0, None],
-                            "eval": {"val_loss": None}}  # fmt: skip
+    assert sent["data"] == {
+        "step": 1,
+        "loss": None,
+        "grad_norm": None,
+        "history": [1.0, None],
+        "eval": {"val_loss": None},
+    }
     assert card["data"]["loss"] is None
     texts = stored_event_texts(settings, run["id"])
     assert [strict(t) for t in texts][-2:] == [sent["data"], card["data"]]

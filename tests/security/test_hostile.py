@@ -186,9 +186,10 @@ def test_a_web_page_cannot_submit_cancel_or_rebind_a_token_less_api(service: Ser
     spec = '{"kind": "selftest", "steps": 1, "step_seconds": 0}'
     for kind in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data"):
         error = assert_error(
-            service.http.post("/runs", content=spec, headers={"Content-Type": kind}), 415,
+            service.http.post("/runs", content=spec, headers={"Content-Type": kind}),
+            415,
             "unsupported_media_type",
-        )  # fmt: skip
+        )
         assert "application/json" in error["message"]
     page = {"Origin": "http://evil.example", **JSON}
     assert_error(service.http.post("/runs", content=spec, headers=page), 403, "forbidden_origin")

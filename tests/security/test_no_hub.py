@@ -23,8 +23,13 @@ def test_a_worker_process_is_offline_before_bitsandbytes_asks_the_hub_for_a_kern
         "import huggingface_hub.constants as c; print(c.HF_HUB_OFFLINE, h.is_offline_mode())"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=240, check=True,
-    )  # fmt: skip
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=True,
+    )
     assert out.stdout.split() == ["True", "True"], out.stderr[-2000:]
     assert "publisher trust status" not in out.stderr  # the hub was not asked

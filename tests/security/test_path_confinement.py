@@ -109,10 +109,14 @@ def test_a_symlink_in_a_folder_source_pointing_outside_yields_no_rows_and_is_rep
         (folder / name).write_text((route_corpus / name).read_text())
     secret = settings.data_dir.parent / "private.jsonl"
     rows = [
-        {"state": {"note": f"{SECRET} {i}"}, "tools": ["keep", "leak"], "action": "leak",
-         "meta": {"env": f"private-{i}"}}
+        {
+            "state": {"note": f"{SECRET} {i}"},
+            "tools": ["keep", "leak"],
+            "action": "leak",
+            "meta": {"env": f"private-{i}"},
+        }
         for i in range(40)
-    ]  # fmt: skip
+    ]
     secret.write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "leak.jsonl").symlink_to(secret)
     spec = {

@@ -44,8 +44,12 @@ def write_wide_corpus(settings: Settings) -> None:
     with open(folder / "rows.jsonl", "w") as fh:
         for i in range(3000):
             state = {"load": i, "costs": {t: (i * (k + 1)) % 11 for k, t in enumerate(tools)}}
-            row = {"state": state, "tools": tools, "action": tools[i % 40],
-                   "meta": {"env": f"e{i % 5}", "episode": str(i)}}  # fmt: skip
+            row = {
+                "state": state,
+                "tools": tools,
+                "action": tools[i % 40],
+                "meta": {"env": f"e{i % 5}", "episode": str(i)},
+            }
             fh.write(json.dumps(row) + "\n")
 
 
@@ -70,7 +74,7 @@ HOSTILE = [
             "trainer_knobs": {"hidden": [64, 4096]},
         },
         "trainer_knobs",
-    ),  # fmt: skip
+    ),
     ({"kind": "hillclimb", "base": train({}), "anchors": ["e0"], "patience": 10**9}, "patience"),
 ]
 

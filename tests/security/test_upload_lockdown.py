@@ -356,10 +356,17 @@ def test_a_worker_on_another_host_still_delivers_every_stage_output(
     for run_id in (real, dry):
         service.wait_status(run_id, "completed", timeout=90)
     expected = {
-        real: ["prepare/plan.json", "prepare/manifest.json", "loop/result.json",
-               "loop/checkpoint.json", "loop/manifest.json", "loop/child.log", "summary.json"],
+        real: [
+            "prepare/plan.json",
+            "prepare/manifest.json",
+            "loop/result.json",
+            "loop/checkpoint.json",
+            "loop/manifest.json",
+            "loop/child.log",
+            "summary.json",
+        ],
         dry: ["spec.resolved.json", "prepare/manifest.json", "loop/manifest.json", "summary.json"],
-    }  # fmt: skip
+    }
     for run_id, paths in expected.items():
         for rel in paths:
             wait_for(

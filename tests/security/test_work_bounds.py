@@ -40,9 +40,14 @@ def test_a_selftest_whose_work_is_over_max_seconds_is_refused_at_submit(service:
     # Within the limit, or stopped in time by a budget: accepted.
     for spec in (
         {"kind": "selftest", "steps": 100, "step_seconds": 30, "dry_run": True},
-        {"kind": "selftest", "steps": 10**6, "step_seconds": 60, "budget": {"max_seconds": 60},
-         "dry_run": True},
-    ):  # fmt: skip
+        {
+            "kind": "selftest",
+            "steps": 10**6,
+            "step_seconds": 60,
+            "budget": {"max_seconds": 60},
+            "dry_run": True,
+        },
+    ):
         response = service.http.post("/runs", json=spec)
         assert response.status_code == 202, response.text
 
@@ -55,8 +60,14 @@ def test_a_trm_run_over_max_seconds_is_refused_by_its_estimate_or_its_measured_p
     }
     service.start_worker()
     # The schema's largest depth at a batch that fits in memory: days of work a step count hides.
-    huge = {"hidden": 1024, "n_recursions": 16, "cycles": 8, "supervision_steps": 16,
-            "batch_size": 64, "max_steps": 706_000}  # fmt: skip
+    huge = {
+        "hidden": 1024,
+        "n_recursions": 16,
+        "cycles": 8,
+        "supervision_steps": 16,
+        "batch_size": 64,
+        "max_steps": 706_000,
+    }
     estimated = service.submit({"kind": "train", "trm": huge, "corpus": corpus})
     # The defaults' FLOPs fit the limit at the estimate's generous rate; measured, they do not.
     paced = service.submit({"kind": "train", "trm": {"max_steps": 1_000_000}, "corpus": corpus})

@@ -121,9 +121,16 @@ def test_committed_json_schemas_match_the_models() -> None:
 def test_an_eval_pass_shows_in_the_phase_line_with_its_own_rows() -> None:
     """The QLoRA sample sat 21 minutes in its val pass showing `phase launch_trainer -`."""
     card = full_card().model_copy(
-        update={"step": None, "total_steps": None, "eta_s": None, "pass_name": "eval",
-                "pass_done": 120, "pass_total": 480, "pass_unit": "rows"}
-    )  # fmt: skip
+        update={
+            "step": None,
+            "total_steps": None,
+            "eta_s": None,
+            "pass_name": "eval",
+            "pass_done": 120,
+            "pass_total": 480,
+            "pass_unit": "rows",
+        }
+    )
     text = render_text(card)
     assert "phase   launch_trainer eval   120/480 rows" in text
     assert "ETA     estimating" in text and "00:00" not in text
@@ -133,8 +140,14 @@ def test_an_eval_pass_shows_in_the_phase_line_with_its_own_rows() -> None:
 
 
 def test_a_counter_says_what_it_counts() -> None:
-    read = Card(run_id="x", kind="train", phase="prepare_corpus", step=2239574,
-                total_steps=2239574, unit="bytes")  # fmt: skip
+    read = Card(
+        run_id="x",
+        kind="train",
+        phase="prepare_corpus",
+        step=2239574,
+        total_steps=2239574,
+        unit="bytes",
+    )
     assert "prepare_corpus        2.24 MB/2.24 MB read" in render_text(read)
     assert snapshot(read)["unit"] == "bytes"
     assert count_text(1500, 2_000_000, "bytes") == "1.50 KB/2.00 MB read"

@@ -117,8 +117,10 @@ def test_promote_decide_promote_again_and_roll_back(trained: Trained) -> None:
     # A pinned version decides while another is live, and its own answer says which.
     pinned = trained.decide("router", [ROW], version=1).json()
     assert pinned["version"] == 1 and same(pinned["decisions"], first["decisions"][:1])
-    direct = httpx.post(f"{trained.svc.env['TRM_DECIDE_URL']}/decide",
-                        json={"controller": "router@1", "rows": [ROW]}).json()  # fmt: skip
+    direct = httpx.post(
+        f"{trained.svc.env['TRM_DECIDE_URL']}/decide",
+        json={"controller": "router@1", "rows": [ROW]},
+    ).json()
     assert direct["version"] == 1 and same(direct["decisions"], pinned["decisions"])
 
     back = trained.http.post("/controllers/router/rollback", json={"version": 1})
@@ -180,8 +182,11 @@ def test_the_decision_process_keeps_the_most_recently_used_versions_loaded(
         assert trained.promote("kept", run_id).status_code == 201
     health = f"{trained.svc.env['TRM_DECIDE_URL']}/healthz"
     # The new live version is loaded ahead of any call for it (the process polls every 0.5 s).
-    wait_for(lambda: {"name": "kept", "version": 3} in httpx.get(health).json()["loaded"],
-             timeout=5, what="version 3 of `kept` loaded ahead")  # fmt: skip
+    wait_for(
+        lambda: {"name": "kept", "version": 3} in httpx.get(health).json()["loaded"],
+        timeout=5,
+        what="version 3 of `kept` loaded ahead",
+    )
     with Session(make_engine(trained.svc.settings.database_url)) as db:
         rows = [resolve(db, "kept", v) for v in (1, 2, 3)]
     versions = Versions(trained.svc.settings.runs_dir, size=2)
@@ -198,8 +203,12 @@ def test_only_a_completed_scored_train_run_or_a_finished_search_is_promoted(
     svc, settings = trained.svc, trained.svc.settings
     answer = trained.promote("later", "01J00000000000000000000000")
     assert answer.status_code == 404 and "no run" in answer.json()["error"]["message"]
-    spec = {"kind": "train", "trainer": "trm", "trm": TINY_TRM,
-            "corpus": {"sources": [{"type": "jsonl", "name": "r", "path": "route"}]}}  # fmt: skip
+    spec = {
+        "kind": "train",
+        "trainer": "trm",
+        "trm": TINY_TRM,
+        "corpus": {"sources": [{"type": "jsonl", "name": "r", "path": "route"}]},
+    }
     queued = svc.submit(spec)
     assert svc.http.post(f"/runs/{queued['id']}/cancel").status_code == 202
     svc.wait_status(queued["id"], "cancelled")
@@ -229,13 +238,20 @@ def finished_search(settings: Settings, best_run: str | None, candidate: str | N
     tests/hillclimb/test_service.py's)."""
     engine = make_engine(settings.database_url)
     with Session(engine) as db:
-        run = Run(kind="hillclimb", status="completed", queue="cpu", spec={"kind": "hillclimb"},
-                  spec_hash="h" * 64, finished_at=utcnow())  # fmt: skip
+        run = Run(
+            kind="hillclimb",
+            status="completed",
+            queue="cpu",
+            spec={"kind": "hillclimb"},
+            spec_hash="h" * 64,
+            finished_at=utcnow(),
+        )
         db.add(run)
         db.flush()
         manifest = {"best_run": best_run, "best_candidate": candidate}
-        db.add(Stage(run_id=run.id, name="finalize", position=2, status="completed",
-                     manifest=manifest))  # fmt: skip
+        db.add(
+            Stage(run_id=run.id, name="finalize", position=2, status="completed", manifest=manifest)
+        )
         db.commit()
         run_id = str(run.id)
     engine.dispose()
@@ -246,8 +262,14 @@ def test_the_cli_promotes_lists_decides_and_rolls_back(trained: Trained, tmp_pat
     env = {**os.environ, **trained.svc.env, "TRM_URL": trained.svc.url}
 
     def trm(*args: str) -> str:
-        proc = subprocess.run([sys.executable, "-m", "app.cli", *args], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "app.cli", *args],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
 
@@ -272,17 +294,23 @@ def test_the_cli_promotes_lists_decides_and_rolls_back(trained: Trained, tmp_pat
 
 
 def test_trm_export_by_name_exports_the_version_the_registry_names(
-    trained: Trained, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    trained: Trained,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     from app.cli import main as trm_main
 
     assert trained.promote("exported", trained.trm).status_code == 201
     runs, url = trained.svc.settings.runs_dir, trained.svc.url
     monkeypatch.chdir(tmp_path)  # --out relative to where the command runs
     out = tmp_path / "by-name"
-    assert trm_main(["export", "exported@1", "--out", "by-name", "--url", url,
-                     "--runs-dir", str(runs)]) == 0  # fmt: skip
+    assert (
+        trm_main(
+            ["export", "exported@1", "--out", "by-name", "--url", url, "--runs-dir", str(runs)]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert f"exported v1 (trm, run {trained.trm})" in printed
     assert "same action on every row" in printed

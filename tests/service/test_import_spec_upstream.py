@@ -155,22 +155,47 @@ def test_router_training_spec_with_the_skills_windows_default_names_the_missing_
             "trm_routerTrain",
             {},
             None,
-            {"max_steps": 200, "max_seq_len": 512, "micro_batch": 1, "lr": 0.0002,
-             "grad_accum": 16, "r": 16, "alpha": 32, "dropout": 0.05,
-             "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
+            {
+                "max_steps": 200,
+                "max_seq_len": 512,
+                "micro_batch": 1,
+                "lr": 0.0002,
+                "grad_accum": 16,
+                "r": 16,
+                "alpha": 32,
+                "dropout": 0.05,
+                "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+            },
         ),
         (
             "router_small",
-            {"max_steps": 40, "seq_len": 256, "batch_size": 2, "lr": 0.0001, "grad_accum": 4,
-             "lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.1,
-             "target_modules": "q_proj, v_proj", "streaming": False},
+            {
+                "max_steps": 40,
+                "seq_len": 256,
+                "batch_size": 2,
+                "lr": 0.0001,
+                "grad_accum": 4,
+                "lora_r": 8,
+                "lora_alpha": 16,
+                "lora_dropout": 0.1,
+                "target_modules": "q_proj, v_proj",
+                "streaming": False,
+            },
             {"train": {"lr": 0.0003, "lora_r": 4}},
-            {"max_steps": 40, "max_seq_len": 256, "micro_batch": 2, "lr": 0.0003,
-             "grad_accum": 4, "r": 4, "alpha": 16, "dropout": 0.1,
-             "target_modules": ["q_proj", "v_proj"]},
+            {
+                "max_steps": 40,
+                "max_seq_len": 256,
+                "micro_batch": 2,
+                "lr": 0.0003,
+                "grad_accum": 4,
+                "r": 4,
+                "alpha": 16,
+                "dropout": 0.1,
+                "target_modules": ["q_proj", "v_proj"],
+            },
         ),
     ],
-)  # fmt: skip
+)
 def test_router_training_spec_becomes_a_qlora_run_over_its_source_jsonl(
     tmp_path: Path,
     run_id: str,
@@ -224,9 +249,12 @@ def test_published_bench_specs_become_our_bench_of_the_same_name(
     RUN_SPEC.validate_python(spec)
     # `router_model: ""`: a router trained in the bench run, at the first mutation's size.
     assert spec == {
-        "kind": "bench", "bench": bench, "name": bench_spec(kind)["run_id"], "router": "train",
+        "kind": "bench",
+        "bench": bench,
+        "name": bench_spec(kind)["run_id"],
+        "router": "train",
         "router_train": {"batch_size": 4, "epochs": 1, "lr": 0.0002},
-    }  # fmt: skip
+    }
     assert f"our {bench} bench over our data" in out.stderr
     assert "mutations: the router trained here takes" in out.stderr
     for key in ("generalization_ladder", "plateau_patience", "max_generalization_gap"):
@@ -275,8 +303,10 @@ def test_post_runs_format_skill_takes_the_published_files_and_the_bench_dry_runs
         run = queued.json()
         assert (run["kind"], run["translated_spec"]["bench"]) == ("bench", bench)
         assert run["translated_spec"]["router"] == body["id"]
-        assert any(w.endswith(f"our {bench} bench over our data") or f"our {bench} bench" in w
-                   for w in run["warnings"])  # fmt: skip
+        assert any(
+            w.endswith(f"our {bench} bench over our data") or f"our {bench} bench" in w
+            for w in run["warnings"]
+        )
         assert any("mutations: ignored" in w for w in run["warnings"])  # the router is named
         queued_ids.append(run["id"])
     for run_id in queued_ids:  # real runs: not this test's business to train and bench them

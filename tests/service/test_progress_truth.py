@@ -30,8 +30,13 @@ def test_a_train_runs_card_shows_its_passes_and_counts_and_its_best_anchor_is_li
 ) -> None:
     source = {"type": "jsonl", "name": "r", "path": rows_folder(settings, route_corpus)}
     # A probe: one step, then evaluate scores one train row and one anchor (a few seconds).
-    spec = {"kind": "train", "trainer": "trm", "trm": TINY_TRM, "corpus": {"sources": [source]},
-            "probe": True}  # fmt: skip
+    spec = {
+        "kind": "train",
+        "trainer": "trm",
+        "trm": TINY_TRM,
+        "corpus": {"sources": [source]},
+        "probe": True,
+    }
     run = service.submit(spec)
     service.start_worker()
     done = service.wait_status(run["id"], "completed", "failed", timeout=120)

@@ -88,20 +88,35 @@ def smol_adapter(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) ->
 def route_corpus(root: Path) -> Path:
     """`route` play logs (4 worlds x 8 episodes) as short-state action_only chat rows, split by
     world with ANCHOR unseen: 47 train rows, 19 val, 29 anchor, each 118-129 tokens."""
-    generate(root / "play", families=["route"], worlds=4, episodes=8, seed=0,
-             formats=["reasoning_trace"])  # fmt: skip
+    generate(
+        root / "play", families=["route"], worlds=4, episodes=8, seed=0, formats=["reasoning_trace"]
+    )
     source = {
-        "type": "jsonl", "mode": "reasoning_trace", "name": "route",
-        "path": str(root / "play" / "reasoning_traces.jsonl"), "state_fields": STATE_FIELDS,
-        "tools_field": "options.ids", "tags_field": "options.tags",
+        "type": "jsonl",
+        "mode": "reasoning_trace",
+        "name": "route",
+        "path": str(root / "play" / "reasoning_traces.jsonl"),
+        "state_fields": STATE_FIELDS,
+        "tools_field": "options.ids",
+        "tags_field": "options.tags",
         "action_field": "decision.action",
-        "meta_fields": ["meta.world_id", "meta.family", "meta.run", "meta.episode", "meta.turn",
-                        "meta.kind"],
-    }  # fmt: skip
+        "meta_fields": [
+            "meta.world_id",
+            "meta.family",
+            "meta.run",
+            "meta.episode",
+            "meta.turn",
+            "meta.kind",
+        ],
+    }
     # Every world names the routes its own way; the shared tags make the unseen world readable.
     knobs = {"namespace_normalization": "auto"}
-    spec = {"sources": [source], "contract": "action_only", "knobs": knobs,
-            "split": {"by": "env", "anchor": [ANCHOR]}}  # fmt: skip
+    spec = {
+        "sources": [source],
+        "contract": "action_only",
+        "knobs": knobs,
+        "split": {"by": "env", "anchor": [ANCHOR]},
+    }
     build_corpus(CorpusSpec.model_validate(spec), root / "corpus")
     return root / "corpus"
 
@@ -149,9 +164,15 @@ def train_and_record(root: Path, cache: Path) -> None:
     try:
         callbacks = TrainerCallbacks()
         result = qlora.train(
-            TRAINING, corpus, root / "trainer", callbacks,
-            seed=0, contract="action_only", probe=False, model_cache=cache,
-        )  # fmt: skip
+            TRAINING,
+            corpus,
+            root / "trainer",
+            callbacks,
+            seed=0,
+            contract="action_only",
+            probe=False,
+            model_cache=cache,
+        )
     finally:
         lm.build_lora_model = build
     model = seen.pop("model").eval()
@@ -168,7 +189,7 @@ def train_and_record(root: Path, cache: Path) -> None:
                 "dtype": str(m.weight.dtype),
             }
             for m in layers
-        ],  # fmt: skip
+        ],
         "lora_targets": sorted(
             {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if hasattr(m, "lora_A")}
         ),

@@ -14,8 +14,16 @@ from worker.models.feature_space import FeatureSpace, row_features
 from worker.train.callbacks import TrainerCallbacks
 from worker.train.trm import train
 
-TINY = {"hidden": 32, "n_recursions": 1, "cycles": 1, "supervision_steps": 1, "batch_size": 16,
-        "lr": 1e-2, "epochs": 40, "patience": 40}  # fmt: skip
+TINY = {
+    "hidden": 32,
+    "n_recursions": 1,
+    "cycles": 1,
+    "supervision_steps": 1,
+    "batch_size": 16,
+    "lr": 1e-2,
+    "epochs": 40,
+    "patience": 40,
+}
 VERDICTS = ["verdict:accept", "verdict:reject"]
 
 
@@ -36,8 +44,12 @@ def proposal_row(rng: random.Random) -> dict:
         i, j = rng.sample(range(len(slots)), 2)
         slots[i] = slots[j]
     state = {"instance": {"jobs": jobs}, "proposal": slots}
-    return {"state": json.dumps(state), "tools": VERDICTS,
-            "action": VERDICTS[flaw is not None], "meta": {}}  # fmt: skip
+    return {
+        "state": json.dumps(state),
+        "tools": VERDICTS,
+        "action": VERDICTS[flaw is not None],
+        "meta": {},
+    }
 
 
 def test_a_plan_missing_a_job_or_naming_a_slot_twice_is_learned_to_be_rejected(
@@ -56,8 +68,12 @@ def slot_row(rng: random.Random, machines: int, horizon: int) -> dict:
     tools = [f"place:m{m}@t{t}" for t in range(horizon) for m in range(machines)]
     machine, ready = rng.randrange(machines), rng.randrange(horizon - 1)
     state = {"machine": f"m{machine}", "ready": ready, "noise": rng.randint(0, 9)}
-    return {"state": json.dumps(state), "tools": tools,
-            "action": f"place:m{machine}@t{ready}", "meta": {}}  # fmt: skip
+    return {
+        "state": json.dumps(state),
+        "tools": tools,
+        "action": f"place:m{machine}@t{ready}",
+        "meta": {},
+    }
 
 
 def test_a_rule_learned_on_small_candidate_sets_holds_on_three_times_larger_ones(
@@ -129,8 +145,9 @@ def test_a_feature_only_one_world_shows_is_left_out_when_the_rows_span_several()
         for t in range(5):
             state = {"busy": {machine: "....."}, "job": {"release": t}}
             tools = [f"place:{machine}@t{k}" for k in range(5)]
-            rows.append({"state": json.dumps(state), "tools": tools, "action": tools[t],
-                         "env": f"w{w}"})  # fmt: skip
+            rows.append(
+                {"state": json.dumps(state), "tools": tools, "action": tools[t], "env": f"w{w}"}
+            )
     names = FeatureSpace.fit(rows).names
     assert "P:oven" not in names and "P:linea" not in names
     assert "D:N:0|job.release" in names and "GE:N:0|job.release" in names

@@ -52,8 +52,9 @@ def test_a_cancel_stops_boosting_at_the_next_round(route_corpus: Path, tmp_path:
         def should_stop(self) -> str | None:
             return "cancel" if self.steps else None
 
-    result = train({"early_stopping_rounds": 500}, route_corpus, tmp_path,
-                   CancelAfterFirstReport(), seed=0)  # fmt: skip
+    result = train(
+        {"early_stopping_rounds": 500}, route_corpus, tmp_path, CancelAfterFirstReport(), seed=0
+    )
     assert result["stopped_by"] == "cancel" and result["steps"] <= 11
     assert (tmp_path / "model.txt").exists()  # what was built is kept
 

@@ -11,8 +11,16 @@ from worker.models.feature_space import row_features
 from worker.train.callbacks import TrainerCallbacks
 from worker.train.trm import train
 
-TINY = {"hidden": 32, "n_recursions": 1, "cycles": 1, "supervision_steps": 1, "batch_size": 16,
-        "lr": 1e-2, "epochs": 40, "patience": 40}  # fmt: skip
+TINY = {
+    "hidden": 32,
+    "n_recursions": 1,
+    "cycles": 1,
+    "supervision_steps": 1,
+    "batch_size": 16,
+    "lr": 1e-2,
+    "epochs": 40,
+    "patience": 40,
+}
 VERDICTS = ["verdict:accept", "verdict:reject"]
 PLAN = ("PMIN:", "PMAX:", "PALL:", "PSUM:", "PD:", "PLEN")
 
@@ -26,10 +34,11 @@ def plan_row(rng: random.Random, spell: str) -> dict:
     """Loads to carry, a truck per load: sound when every load fits its truck. The trucks'
     sizes are drawn per row, so no truck's name says whether it fits, and the plan's names are
     spelled in the world's own way (`spell`), mapped to the trucks by `tags`."""
-    trucks = {f"truck_{k}": {"size": rng.randint(3, 9), "speed": rng.randint(1, 5)}
-              for k in "abcd"}  # fmt: skip
-    loads = [{"weight": rng.randint(1, 6), "id_number": rng.randint(0, 99)}
-             for _ in range(rng.randint(2, 5))]  # fmt: skip
+    trucks = {f"truck_{k}": {"size": rng.randint(3, 9), "speed": rng.randint(1, 5)} for k in "abcd"}
+    loads = [
+        {"weight": rng.randint(1, 6), "id_number": rng.randint(0, 99)}
+        for _ in range(rng.randint(2, 5))
+    ]
     picks = [rng.choice(sorted(trucks)) for _ in loads]
     sound = all(trucks[t]["size"] >= load["weight"] for t, load in zip(picks, loads, strict=True))
     proposal = [spell.format(t[-1]) for t in picks]
@@ -38,8 +47,12 @@ def plan_row(rng: random.Random, spell: str) -> dict:
         "proposal": proposal,
         "tags": {name: f"send:truck_{name[-1]}" for name in proposal},
     }
-    return {"state": json.dumps(state), "tools": VERDICTS, "action": VERDICTS[not sound],
-            "meta": {}}  # fmt: skip
+    return {
+        "state": json.dumps(state),
+        "tools": VERDICTS,
+        "action": VERDICTS[not sound],
+        "meta": {},
+    }
 
 
 def test_a_plan_is_judged_by_checking_each_step_against_its_own_item(tmp_path: Path) -> None:
@@ -96,12 +109,14 @@ def test_a_step_of_a_schedule_is_read_at_its_slot_against_its_jobs_window() -> N
     state = {
         "instance": {
             "busy": {"oven": "......", "grill": "..#..."},
-            "jobs": [{"dur": 3, "deadline": 6, "machines": ["oven"]},
-                     {"dur": 1, "deadline": 6, "machines": ["grill"]}],
+            "jobs": [
+                {"dur": 3, "deadline": 6, "machines": ["oven"]},
+                {"dur": 1, "deadline": 6, "machines": ["grill"]},
+            ],
         },
         "proposal": ["o4", "g2"],
         "tags": {"o4": "place:oven@t4", "g2": "place:grill@t2"},
-    }  # fmt: skip
+    }
     (features,) = row_features(json.dumps(state), VERDICTS[:1])
     assert features["PMAX:D:N:0|jobs.deadline-dur"] == 1.0  # the oven step starts 1 too late
     assert features["PALL:NAME_IN:jobs.machines"] == 1.0  # both on an eligible machine
@@ -122,12 +137,16 @@ def test_what_a_plan_does_to_each_object_is_summed_up_over_every_object() -> Non
 
     def features(proposal: list[str]) -> dict[str, float]:
         state = {
-            "instance": {"assets": {"ACME": {"held": 1, "target": 3},
-                                    "DUNE": {"held": 2, "target": 1},
-                                    "LUMA": {"held": 0, "target": 0}}},
+            "instance": {
+                "assets": {
+                    "ACME": {"held": 1, "target": 3},
+                    "DUNE": {"held": 2, "target": 1},
+                    "LUMA": {"held": 0, "target": 0},
+                }
+            },
             "proposal": proposal,
             "tags": {"A+": "buy:ACME", "D-": "sell:DUNE", "L-": "sell:LUMA"},
-        }  # fmt: skip
+        }
         (out,) = row_features(json.dumps(state), VERDICTS[:1])
         return out
 

@@ -31,9 +31,15 @@ TINY = {"base_model": TINY_LLAMA, "micro_batch": 2, "grad_accum": 2, "max_seq_le
 
 def train(config, corpus, out, cache, callbacks=None, probe=False) -> dict[str, Any]:
     return qlora.train(
-        config, corpus, out, callbacks or TrainerCallbacks(),
-        seed=0, contract="action_only", probe=probe, model_cache=cache,
-    )  # fmt: skip
+        config,
+        corpus,
+        out,
+        callbacks or TrainerCallbacks(),
+        seed=0,
+        contract="action_only",
+        probe=probe,
+        model_cache=cache,
+    )
 
 
 class StopAt(TrainerCallbacks):
@@ -285,9 +291,11 @@ def test_rows_over_max_seq_len_keep_their_answer_and_are_counted_in_run_meta(
     meta = json.loads((tmp_path / "run_meta.json").read_text())
     assert result["rows_truncated"] == meta["result"]["rows_truncated"] == len(rows)
     assert meta["result"]["data"]["train"] == {
-        "rows": len(rows), "truncated": len(rows), "dropped": 0,
+        "rows": len(rows),
+        "truncated": len(rows),
+        "dropped": 0,
         "longest_tokens": whole.longest,
-    }  # fmt: skip
+    }
 
 
 def test_a_row_whose_answer_does_not_fit_is_dropped_not_trained_on_nothing(
@@ -309,8 +317,9 @@ def test_a_row_whose_answer_does_not_fit_is_dropped_not_trained_on_nothing(
     for example in encoded.examples:  # what is kept still has a whole answer to learn
         assert len(label_span(example)) >= 2 and example.labels[0] == chat_data.IGNORE
 
-    result = train({**TINY, "max_seq_len": limit, "max_steps": 1}, qlora_corpus, tmp_path,
-                   model_cache)  # fmt: skip
+    result = train(
+        {**TINY, "max_seq_len": limit, "max_steps": 1}, qlora_corpus, tmp_path, model_cache
+    )
     assert result["rows_dropped"] == encoded.dropped and result["label_tokens_trained"] > 0
 
     with pytest.raises(StageFailure) as caught:

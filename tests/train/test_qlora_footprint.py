@@ -9,8 +9,13 @@ from pathlib import Path
 from core.schemas.train import SPEED_MEMORY_MB
 from worker.models.footprint import qlora_footprint
 
-SMOL_SHAPE = {"hidden_size": 576, "num_hidden_layers": 30, "intermediate_size": 1536,
-              "vocab_size": 49152, "num_attention_heads": 9}  # fmt: skip
+SMOL_SHAPE = {
+    "hidden_size": 576,
+    "num_hidden_layers": 30,
+    "intermediate_size": 1536,
+    "vocab_size": 49152,
+    "num_attention_heads": 9,
+}
 
 
 def estimate(tmp_path: Path, **knobs: object) -> tuple[int, dict[str, int]]:
@@ -40,8 +45,12 @@ def test_the_first_run_on_the_built_in_model_is_sized_before_it_is_converted(
     """An empty MODEL_CACHE (a fresh worker): the built-in model is converted on first use, and
     its first run is held to the memory check all the same, with the same figure as once it is
     there."""
-    config = {"base_model": "smollm2-135m-instruct", "micro_batch": 8, "max_seq_len": 512,
-              "max_steps": 3}  # fmt: skip
+    config = {
+        "base_model": "smollm2-135m-instruct",
+        "micro_batch": 8,
+        "max_seq_len": 512,
+        "max_steps": 3,
+    }
     before = qlora_footprint(config, tmp_path / "messages.jsonl", tmp_path / "empty-cache")
     assert before.bytes is not None and before.bytes > 100 * 1024**2
     cache = tmp_path / "cache"

@@ -95,7 +95,7 @@ def test_activation_budget_leaves_the_layers_that_fit_uncheckpointed(model_cache
                 "dequant_cache": "off",
                 "activation_budget_mb": SPEED_MEMORY_MB,
             },
-        ),  # fmt: skip
+        ),
         # `auto` in bf16 on a CPU: the copy, and what it leaves of the speed memory
         (
             {"compute_dtype": "bfloat16"},
@@ -105,18 +105,29 @@ def test_activation_budget_leaves_the_layers_that_fit_uncheckpointed(model_cache
                 "activation_budget_mb": SPEED_MEMORY_MB - 1,
                 "compute_dtype": "bfloat16",
             },
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_run_meta_says_which_speed_paths_ran(model_cache, qlora_corpus, tmp_path, speed, expected):
     config = {
-        "base_model": TINY_LLAMA, "micro_batch": 2, "grad_accum": 1, "max_seq_len": 128,
-        "max_steps": 2, "compute_dtype": "float32", **speed,
-    }  # fmt: skip
+        "base_model": TINY_LLAMA,
+        "micro_batch": 2,
+        "grad_accum": 1,
+        "max_seq_len": 128,
+        "max_steps": 2,
+        "compute_dtype": "float32",
+        **speed,
+    }
     result = qlora.train(
-        config, qlora_corpus, tmp_path, TrainerCallbacks(),
-        seed=0, contract="action_only", probe=False, model_cache=model_cache,
-    )  # fmt: skip
+        config,
+        qlora_corpus,
+        tmp_path,
+        TrainerCallbacks(),
+        seed=0,
+        contract="action_only",
+        probe=False,
+        model_cache=model_cache,
+    )
     resolved = json.loads((tmp_path / "run_meta.json").read_text())["resolved"]
     assert resolved["compute_dtype"] == expected.get("compute_dtype", "float32")
     if "activation_budget_mb" in expected:  # the tiny model's copy is under a MiB

@@ -56,10 +56,14 @@ def make_ctx(
     if not corpus.is_symlink():
         corpus.symlink_to(corpus_dir, target_is_directory=True)
     spec = {
-        "kind": "train", "trainer": trainer, trainer: config,
+        "kind": "train",
+        "trainer": trainer,
+        trainer: config,
         "corpus": {"sources": [], "contract": "action_only"},
-        "seed": 0, "probe": probe, "budget": budget or {},
-    }  # fmt: skip
+        "seed": 0,
+        "probe": probe,
+        "budget": budget or {},
+    }
     return StageContext(
         run_id="r1",
         kind="train",
@@ -96,8 +100,13 @@ def test_the_resolved_config_file_in_the_run_dir_does_not_steer_the_trainer(
 ) -> None:
     ctx = make_ctx(tmp_path, route_corpus, {"batch_size": 16}, probe=True)
     elsewhere = tmp_path / "elsewhere"
-    planted = {"trainer": "qlora", "config": {}, "corpus_dir": str(tmp_path / "nowhere"),
-               "output_dir": str(elsewhere), "model_cache": str(elsewhere)}  # fmt: skip
+    planted = {
+        "trainer": "qlora",
+        "config": {},
+        "corpus_dir": str(tmp_path / "nowhere"),
+        "output_dir": str(elsewhere),
+        "model_cache": str(elsewhere),
+    }
     (ctx.run_dir / "trainer_config.resolved.json").write_text(json.dumps(planted))
     result = launch_trainer(ctx, ctx.spec)
     assert result["steps"] == 1 and (ctx.run_dir / "trainer" / "model.safetensors").is_file()
@@ -217,10 +226,23 @@ def test_a_later_attempt_resumes_only_from_a_checkpoint_this_run_saved(
 def test_a_resumed_qlora_attempt_and_its_cut_rows_show_in_the_stage_counters(
     tmp_path: Path, qlora_corpus: Path, model_cache: Path
 ) -> None:
-    config = {"base_model": TINY_LLAMA, "micro_batch": 2, "grad_accum": 1, "max_seq_len": 128,
-              "max_steps": 3, "checkpoint_every": 10, "eval_every": 10}  # fmt: skip
-    first = make_ctx(tmp_path, qlora_corpus, config, trainer="qlora", model_cache=model_cache,
-                     budget={"max_tokens": 1})  # fmt: skip
+    config = {
+        "base_model": TINY_LLAMA,
+        "micro_batch": 2,
+        "grad_accum": 1,
+        "max_seq_len": 128,
+        "max_steps": 3,
+        "checkpoint_every": 10,
+        "eval_every": 10,
+    }
+    first = make_ctx(
+        tmp_path,
+        qlora_corpus,
+        config,
+        trainer="qlora",
+        model_cache=model_cache,
+        budget={"max_tokens": 1},
+    )
     assert launch_trainer(first, first.spec)["stopped_by"] == "budget"
     assert "resumed_from_step" not in first.counters  # a fresh start
     # Its val pass before the first step is on the card, with its rows and no ETA yet.
@@ -232,8 +254,9 @@ def test_a_resumed_qlora_attempt_and_its_cut_rows_show_in_the_stage_counters(
     assert f"launch_trainer eval   0/{val_rows} rows" in render_text(passes[0])
 
     # `eval_rows` sizes the val pass only, so an attempt may change it and still resume.
-    again = make_ctx(tmp_path, qlora_corpus, {**config, "eval_rows": 2}, trainer="qlora",
-                     model_cache=model_cache)  # fmt: skip
+    again = make_ctx(
+        tmp_path, qlora_corpus, {**config, "eval_rows": 2}, trainer="qlora", model_cache=model_cache
+    )
     again.publisher = first.publisher  # the same run: the checkpoint it recorded
     result = launch_trainer(again, again.spec)
     assert result["steps"] == 3 and again.counters["resumed_from_step"] == 1
@@ -270,8 +293,9 @@ def test_qlora_auto_batch_is_one_packed_sequence_times_sixteen_on_a_cpu(
     1 x 16 on a CPU (bench/train_throughput.py's fastest), 8 x 2 on a GPU (a pure rule, checked
     below without one: this machine has none)."""
     config = {"base_model": TINY_LLAMA, "max_seq_len": 128, "eval_rows": 0}
-    ctx = make_ctx(tmp_path, qlora_corpus, config, trainer="qlora", model_cache=model_cache,
-                   probe=True)  # fmt: skip
+    ctx = make_ctx(
+        tmp_path, qlora_corpus, config, trainer="qlora", model_cache=model_cache, probe=True
+    )
     launch_trainer(ctx, ctx.spec)
     assert (ctx.counters["micro_batch"], ctx.counters["grad_accum"]) == (1, 16)
     meta = json.loads((ctx.run_dir / "trainer" / "run_meta.json").read_text())

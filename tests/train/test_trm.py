@@ -19,8 +19,14 @@ from worker.models.trm import Encoded, SetLayer, build, load_trm, save_model
 from worker.train.callbacks import TrainerCallbacks
 from worker.train.trm import drop_features, train
 
-TINY = {"hidden": 16, "n_recursions": 1, "cycles": 1, "supervision_steps": 1, "batch_size": 8,
-        "lr": 1e-2}  # fmt: skip
+TINY = {
+    "hidden": 16,
+    "n_recursions": 1,
+    "cycles": 1,
+    "supervision_steps": 1,
+    "batch_size": 8,
+    "lr": 1e-2,
+}
 
 
 PATIENCE = 2  # epochs without a better val accuracy before the default model's training stops
@@ -54,8 +60,10 @@ def write_aligned_corpus(root: Path, rows: int, seed: int) -> Path:
     """Only a candidate's own field decides: `options.<id>.ok` is 1 for the right one. Train and
     val use different spellings of the ids, so a model that read ids would fail on val."""
     rng = random.Random(seed)
-    spellings = {"train": ["north", "south", "east", "west", "up"],
-                 "val": ["route.A", "route.B", "route.C", "route.D", "route.E"]}  # fmt: skip
+    spellings = {
+        "train": ["north", "south", "east", "west", "up"],
+        "val": ["route.A", "route.B", "route.C", "route.D", "route.E"],
+    }
     for split, n in (("train", rows), ("val", rows // 2)):
         out = []
         for _ in range(n):
