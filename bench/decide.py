@@ -20,7 +20,8 @@ call by call, torch and the general encoder evict them):
   controller runs for that many rows (trm: the numpy forward up to NUMPY_ROWS, torch's
   `TinyRecursiveModel.infer` above; gbdt: `Booster.predict` on the raw matrix): the ceiling;
 - numpy, torch (trm): both forwards on the same encoded rows, whichever the controller runs;
-- encode: the decision-time encoder to the model's input (trm: scaled and padded);
+- encode: the decision-time encoder to the model's input as `decide` runs it (trm: scaled and
+  padded; gbdt: only the columns its trees split on, the rest NaN);
 - general: the general encoder (`FeatureSpace.raw`/`.scaled`, worker/features/) to the same
   input: what the encoding cost before the decision-time encoder.
 - http: over a real `trm decide-server` on loopback (its own process, a SQLite registry with the
@@ -130,7 +131,8 @@ def methods(controller: Any, batch: int) -> dict[str, Callable[[list[Any]], Call
     - forward: the model alone on the rows encoded beforehand, by the forward the controller
       runs for this many rows (a trm: numpy up to NUMPY_ROWS, torch above): the ceiling;
     - numpy / torch (a trm): each forward on the same rows, whichever the controller runs;
-    - encode: the decision-time encoder (worker/decide/fast_encode.py), to the model's input;
+    - encode: the decision-time encoder (worker/decide/fast_encode.py), to the model's input
+      as `decide` runs it (`Controller.decider`);
     - general: the general encoder (`FeatureSpace.raw`/`.scaled`, worker/features/) on the
       same rows to the same input: what a decision's encoding cost before."""
     import numpy as np
@@ -138,7 +140,7 @@ def methods(controller: Any, batch: int) -> dict[str, Callable[[list[Any]], Call
 
     from worker.decide.controller import NUMPY_ROWS, pad_stacked
 
-    policy, encoder, trainer = controller.policy, controller.encoder, controller.trainer
+    policy, encoder, trainer = controller.policy, controller.decider, controller.trainer
 
     def fast(rows: list[Any]) -> Any:
         raw, counts = encoder.raw([(r.state, r.tools) for r in rows])

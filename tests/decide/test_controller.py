@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.decide.conftest import TinyRun
@@ -19,6 +20,7 @@ from worker.decide.controller import (
     DecideRow,
     RowError,
     load_controller,
+    split_columns,
 )
 from worker.evaluate.policies import ConstantPolicy, load_policy
 from worker.models.policy import argmax
@@ -67,6 +69,27 @@ def test_the_numpy_forward_decides_as_torch_does_at_every_batch_size(trm_run: Ti
         for got in (alone[i], big[i], *together[i : i + 1]):
             assert got.action == want.action
             assert got.scores == pytest.approx(want.scores, abs=1e-5)
+
+
+def test_a_gbdt_decides_from_the_columns_its_trees_split_on(gbdt_run: TinyRun) -> None:
+    # Its trees read a row only at their splits: a decision's matrix holds the general
+    # encoder's values in those columns and NaN elsewhere, and scores exactly as the policy.
+    rows = anchor_rows(gbdt_run)
+    controller = load_controller(gbdt_run.trainer_dir, "gbdt")
+    booster = controller.policy.booster  # type: ignore[attr-defined]
+    assert controller.encoder is not None and controller.decider is not None
+    pairs = [(r.state, r.tools) for r in rows]
+    full, _ = controller.encoder.raw(pairs)
+    part, _ = controller.decider.raw(pairs)
+    reads = split_columns(booster)
+    assert reads and len(reads) < full.shape[1]
+    assert np.array_equal(part[:, reads], full[:, reads], equal_nan=True)
+    assert np.isnan(np.delete(part, reads, axis=1)).all()
+    want = controller.policy.scores_batch([r.state for r in rows], [r.tools for r in rows])
+    assert controller.scores(rows) == want
+    assert [d.action for d in controller.decide(rows)] == [
+        r.tools[argmax(s)] for r, s in zip(rows, want, strict=True)
+    ]
 
 
 def test_abstains_when_the_margin_is_under_the_threshold(trm_run: TinyRun) -> None:

@@ -14,6 +14,10 @@ cost per operation, numpy's grows with the rows. The two agree to a few 1e-6 on 
 (tests/decide/test_controller.py holds them to the same action and to 1e-5). A row the
 controller cannot read raises `RowError` naming the field (`rows[3].tools`) before any model
 runs; the bounds are the constants below.
+
+**A gbdt's encoding**: its trees read a row's value of a column only where they split on it, so
+a decision works out those columns alone (`split_columns`: 81 of routerBench's 742), the rest
+left NaN; the scores are the same, bit for bit (tests/decide/test_controller.py).
 """
 
 from __future__ import annotations
@@ -75,6 +79,13 @@ class Controller:
         self.numpy = NumpyForward.of(policy) if trainer == "trm" else None
         space = getattr(policy, "space", None)
         self.encoder = FastEncoder(space) if trainer in ("trm", "gbdt") and space else None
+        # What `scores` encodes with: a gbdt's trees read a row only at their splits, so only
+        # the columns they split on are worked out (the rest left NaN: the same predictions).
+        self.decider = self.encoder
+        if trainer == "gbdt" and space is not None:
+            reads = split_columns(policy.booster)  # type: ignore[attr-defined]
+            if reads is not None:
+                self.decider = FastEncoder(space, reads)
         self.note = lm_note(policy) if trainer == "qlora" else None
 
     def decide(self, rows: Sequence[DecideRow]) -> list[Decision]:
@@ -90,7 +101,8 @@ class Controller:
         """Each row's raw model scores, in its candidates' order (rows already checked)."""
         if self.encoder is None:  # an LM: it reads the row's text itself
             return self.policy.scores_batch([r.state for r in rows], [list(r.tools) for r in rows])
-        raw, counts = self.encoder.raw([(r.state, r.tools) for r in rows])
+        assert self.decider is not None
+        raw, counts = self.decider.raw([(r.state, r.tools) for r in rows])
         self.policy.forward_passes += 1
         if self.trainer == "gbdt":
             flat = self.policy.booster.predict(raw, num_threads=1)  # type: ignore[attr-defined]
@@ -143,6 +155,21 @@ class Controller:
             ).cpu()
             out[first : first + len(chunk), : final.shape[1]] = final.numpy()
         return out
+
+
+def split_columns(booster: Any) -> list[int] | None:
+    """The columns a LightGBM model's trees split on, over all its trees: the only ones its
+    predictions read. None for linear trees (their leaves read other columns too)."""
+    found: set[int] = set()
+    nodes = [tree["tree_structure"] for tree in booster.dump_model()["tree_info"]]
+    while nodes:
+        node = nodes.pop()
+        if "leaf_features" in node:
+            return None
+        if "split_feature" in node:
+            found.add(int(node["split_feature"]))
+            nodes += [node["left_child"], node["right_child"]]
+    return sorted(found)
 
 
 def lm_note(policy: Any) -> str:

@@ -43,7 +43,7 @@ on the frozen rows of every family and on routerBench's anchor rows.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -92,11 +92,13 @@ class FastEncoder:
     """A feature space compiled for decisions. `raw(rows)` and `scaled(rows)` are the general
     encoder's matrices for those rows (stacked: each row's candidates in turn, and each row's
     count). `compiled` is False when the space is encoded by the general encoder throughout
-    (`reason` says why)."""
+    (`reason` says why). `reads`: the only columns worked out (the rest left NaN), for a model
+    that reads no others (a gbdt's split columns); None: all of them."""
 
-    def __init__(self, space: FeatureSpace) -> None:
+    def __init__(self, space: FeatureSpace, reads: Collection[int] | None = None) -> None:
         self.space = space
-        self.index = space.index
+        kept = range(len(space.names)) if reads is None else set(reads)
+        self.index = {n: j for j, n in enumerate(space.names) if j in kept}
         self.width = len(space.names)
         self._mean = np.asarray(space.mean, dtype=np.float64)
         self._scale = np.asarray(space.scale, dtype=np.float64)
@@ -110,7 +112,7 @@ class FastEncoder:
         self.single: dict[str, dict[str, int]] = {k: {} for k in SINGLE}
         self.pairs: dict[str, Pairs] = {k: {} for k in SPLIT}
         self.pos: int | None = self.index.get(name("pos"))
-        for column, feature in enumerate(space.names):
+        for feature, column in self.index.items():  # in the columns' order
             prefix, _, body = feature.partition(":")
             if prefix in self.single:
                 self.single[prefix][body] = column
@@ -131,7 +133,7 @@ class FastEncoder:
             for path in self.single[k]
         }
         ranked = [b for k in ("R", "HI", "LO") for b in self.single[k]]
-        self.matches = any(n.startswith(MATCHES) for n in space.names) or any(
+        self.matches = any(n.startswith(MATCHES) for n in self.index) or any(
             b.startswith(MATCHES) for b in ranked
         )
         # Crossed ids (`X:<name>@<id>`): per candidate id, the crossed context names it keeps.
