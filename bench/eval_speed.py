@@ -64,22 +64,42 @@ def build_corpus(root: Path, quick: bool) -> Path:
     from worker.envs import generate
 
     episodes = 8 if quick else 16  # the anchor world's rows: about 20, or about 40
-    generate(root / "play", families=["route"], worlds=6, episodes=episodes, seed=0,
-             formats=["trm_play_root", "reasoning_trace"])  # fmt: skip
+    generate(
+        root / "play",
+        families=["route"],
+        worlds=6,
+        episodes=episodes,
+        seed=0,
+        formats=["trm_play_root", "reasoning_trace"],
+    )
     if quick:
         source: dict[str, Any] = {
-            "type": "jsonl", "mode": "reasoning_trace", "name": "route",
-            "path": str(root / "play" / "reasoning_traces.jsonl"), "state_fields": QUICK_STATE,
-            "tools_field": "options.ids", "tags_field": "options.tags",
+            "type": "jsonl",
+            "mode": "reasoning_trace",
+            "name": "route",
+            "path": str(root / "play" / "reasoning_traces.jsonl"),
+            "state_fields": QUICK_STATE,
+            "tools_field": "options.ids",
+            "tags_field": "options.tags",
             "action_field": "decision.action",
-            "meta_fields": ["meta.world_id", "meta.family", "meta.run", "meta.episode",
-                            "meta.turn", "meta.kind"],
-        }  # fmt: skip
+            "meta_fields": [
+                "meta.world_id",
+                "meta.family",
+                "meta.run",
+                "meta.episode",
+                "meta.turn",
+                "meta.kind",
+            ],
+        }
     else:
         source = {"type": "trm_play_root", "name": "route", "path": str(root / "play")}
     knobs = {"namespace_normalization": "auto"}
-    spec = {"sources": [source], "contract": "action_only", "knobs": knobs,
-            "split": {"by": "env", "anchor": [ANCHOR]}}  # fmt: skip
+    spec = {
+        "sources": [source],
+        "contract": "action_only",
+        "knobs": knobs,
+        "split": {"by": "env", "anchor": [ANCHOR]},
+    }
     build(CorpusSpec.model_validate(spec), root / "corpus")
     return root / "corpus"
 
@@ -89,18 +109,30 @@ def train_adapter(corpus: Path, out: Path, args: argparse.Namespace) -> Path:
     from worker.train.callbacks import TrainerCallbacks
 
     config = {
-        "max_steps": args.steps, "micro_batch": 4, "grad_accum": 1, "lr": 2e-3,
-        "max_seq_len": 160 if args.quick else 448, "eval_every": 10**6,
+        "max_steps": args.steps,
+        "micro_batch": 4,
+        "grad_accum": 1,
+        "lr": 2e-3,
+        "max_seq_len": 160 if args.quick else 448,
+        "eval_every": 10**6,
         "checkpoint_every": 10**6,
-    }  # fmt: skip
+    }
     started = time.time()
     result = qlora.train(
-        config, corpus, out, TrainerCallbacks(),
-        seed=0, contract="action_only", probe=False, model_cache=args.model_cache,
-    )  # fmt: skip
+        config,
+        corpus,
+        out,
+        TrainerCallbacks(),
+        seed=0,
+        contract="action_only",
+        probe=False,
+        model_cache=args.model_cache,
+    )
     loss = f"loss {result['first_loss']:.2f} -> {result['final_loss']:.2f}"
-    print(f"  trained {result['steps']} steps in {time.time() - started:.0f} s ({loss})",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"  trained {result['steps']} steps in {time.time() - started:.0f} s ({loss})",
+        file=sys.stderr,
+    )
     return out / "adapter"
 
 
@@ -118,9 +150,12 @@ def generate_batched(policy: Any, rows: list[dict[str, Any]], batch: int) -> lis
             enc = tokenizer(prompts, add_special_tokens=False, return_tensors="pt", padding=True)
             with torch.no_grad():
                 out = policy.model.generate(
-                    **enc.to(policy.device), max_new_tokens=longest, do_sample=False,
-                    eos_token_id=policy.end_id, pad_token_id=policy.pad_id,
-                )  # fmt: skip
+                    **enc.to(policy.device),
+                    max_new_tokens=longest,
+                    do_sample=False,
+                    eos_token_id=policy.end_id,
+                    pad_token_id=policy.pad_id,
+                )
             policy.forward_passes += out.shape[1] - enc["input_ids"].shape[1]
             for row, ids in zip(chunk, out[:, enc["input_ids"].shape[1] :], strict=True):
                 text = tokenizer.decode(ids, skip_special_tokens=True).strip()
@@ -138,8 +173,12 @@ def measure(
     from worker.evaluate.policies import load_policy
     from worker.models.policy import argmax
 
-    ref = {"type": "qlora", "path": str(adapter), "contract": "action_only",
-           "model_cache": str(args.model_cache)}  # fmt: skip
+    ref = {
+        "type": "qlora",
+        "path": str(adapter),
+        "contract": "action_only",
+        "model_cache": str(args.model_cache),
+    }
     policy = load_policy(ref)
     assert isinstance(policy, LmPolicy)
     warm = anchors[:1]
@@ -189,8 +228,11 @@ def measure(
             results[name]["seconds"] += time.perf_counter() - started
             results[name]["forward_calls"] += policy.forward_passes - calls
             results[name]["picks"].extend(picks)
-        print(f"  rows {start + len(rows)}/{len(anchors)}: " + ", ".join(
-            f"{n} {r['seconds']:.0f} s" for n, r in results.items()), file=sys.stderr)  # fmt: skip
+        print(
+            f"  rows {start + len(rows)}/{len(anchors)}: "
+            + ", ".join(f"{n} {r['seconds']:.0f} s" for n, r in results.items()),
+            file=sys.stderr,
+        )
     for r in results.values():
         right = [p == row["action"] for p, row in zip(r["picks"], anchors, strict=True)]
         r["accuracy"] = sum(right) / len(anchors)

@@ -61,8 +61,11 @@ def header() -> str:
     try:
         commit = subprocess.run(
             ["git", "describe", "--always", "--dirty"],
-            cwd=ROOT, capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
     today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -90,20 +93,25 @@ def table(rows: list[BenchRow]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sets", help=f"comma-separated, of {', '.join(BENCHES)} (default: all "
-                        "whose data is found)")  # fmt: skip
+    parser.add_argument(
+        "--sets",
+        help=f"comma-separated, of {', '.join(BENCHES)} (default: all whose data is found)",
+    )
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--methods", default=DEFAULT_METHODS,
-                        help=f"baselines and any of {', '.join(LEARNED)}")  # fmt: skip
+    parser.add_argument(
+        "--methods", default=DEFAULT_METHODS, help=f"baselines and any of {', '.join(LEARNED)}"
+    )
     parser.add_argument("--data", action="append", default=[], metavar="NAME=PATH")
     parser.add_argument(
-        "--train-rows", type=int,
+        "--train-rows",
+        type=int,
         help="cap on the learned methods' train rows, for the benches that sample them (0: all)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--text-encoder", choices=("tokens", "smollm2"),
+        "--text-encoder",
+        choices=("tokens", "smollm2"),
         help="the trm's and gbdt's text_encoder, for the benches that take it (routellm)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--folds",
         help="the folds whose anchors are scored, for the benches that deal folds (bfcl: of "

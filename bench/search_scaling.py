@@ -139,19 +139,27 @@ def main() -> int:
         beats = best is not None and root is not None and best - root > margin
         results["smoke"] = {k: v for k, v in smoke.items() if k != "ledger"}
         results["smoke"].update(root_anchor=root, best_anchor=best, beats_root=beats)
-        print(f"smoke search, 2 workers: {smoke['status']} in {smoke['wall_s']} s, "
-              f"{smoke['candidates']} candidates ({smoke['completed']} completed), "
-              f"max {smoke['overlap']} at once")  # fmt: skip
-        print(f"  first candidate anchor {root}  best ({s.get('best_candidate')}) anchor {best}  "
-              f"margin {margin}: {'PASS' if beats else 'FAIL'}")  # fmt: skip
+        print(
+            f"smoke search, 2 workers: {smoke['status']} in {smoke['wall_s']} s, "
+            f"{smoke['candidates']} candidates ({smoke['completed']} completed), "
+            f"max {smoke['overlap']} at once"
+        )
+        print(
+            f"  first candidate anchor {root}  best ({s.get('best_candidate')}) anchor {best}  "
+            f"margin {margin}: {'PASS' if beats else 'FAIL'}"
+        )
         for row in smoke["ledger"]:
-            print(f"  {row['candidate_id']} rung {row['rung']} {row['status']:9} "
-                  f"anchor {row['anchor_score']} gap {row['generalization_gap']} "
-                  f"{row['decision']}: {row['reason']}")  # fmt: skip
+            print(
+                f"  {row['candidate_id']} rung {row['rung']} {row['status']:9} "
+                f"anchor {row['anchor_score']} gap {row['generalization_gap']} "
+                f"{row['decision']}: {row['reason']}"
+            )
 
     baseline = None
-    print(f"\n{'workers':>7} {'cands':>5} {'wall s':>7} {'cands/h':>8} {'speed-up':>8} "
-          f"{'target':>7} {'peak':>4}")  # fmt: skip
+    print(
+        f"\n{'workers':>7} {'cands':>5} {'wall s':>7} {'cands/h':>8} {'speed-up':>8} "
+        f"{'target':>7} {'peak':>4}"
+    )
     for workers in [int(w) for w in args.workers.split(",")]:
         spec = {**shipped, "parallelism": workers, "max_candidates": args.candidates}
         spec["patience"] = args.candidates + 1
@@ -163,9 +171,11 @@ def main() -> int:
         ok = target is None or speedup >= target
         found.update(speedup=round(speedup, 2), target=target, ok=ok)
         results["rounds"].append({k: v for k, v in found.items() if k not in ("ledger", "summary")})
-        print(f"{workers:>7} {found['candidates']:>5} {found['wall_s']:>7} {rate:>8} "
-              f"{speedup:>8.2f} {(f'>= {target:.1f}') if target else 'n/a':>7} "
-              f"{found['overlap']:>4}{'' if ok else '  BELOW TARGET'}")  # fmt: skip
+        print(
+            f"{workers:>7} {found['candidates']:>5} {found['wall_s']:>7} {rate:>8} "
+            f"{speedup:>8.2f} {(f'>= {target:.1f}') if target else 'n/a':>7} "
+            f"{found['overlap']:>4}{'' if ok else '  BELOW TARGET'}"
+        )
     print(f"(machine cores: {cores}; targets apply up to that many workers)")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))

@@ -167,15 +167,22 @@ def measure_in_process(mode: str, database_url: str, run_id: str) -> dict[str, A
                 first = time.perf_counter() - started
             frames += 1
     engine.dispose()
-    return {"first_s": first, "all_s": time.perf_counter() - started, "rss_growth": rss.growth,
-            "frames": frames}  # fmt: skip
+    return {
+        "first_s": first,
+        "all_s": time.perf_counter() - started,
+        "rss_growth": rss.growth,
+        "frames": frames,
+    }
 
 
 def in_subprocess(mode: str, database_url: str, run_id: str) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, __file__, "--measure", mode, database_url, run_id],
-        check=True, capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
@@ -195,8 +202,12 @@ def measure_http(url: str, api_pid: int, run_id: str) -> dict[str, Any]:
                 if first is None:
                     first = time.perf_counter() - started
                 frames += 1
-    return {"first_s": first, "all_s": time.perf_counter() - started, "rss_growth": rss.growth,
-            "frames": frames}  # fmt: skip
+    return {
+        "first_s": first,
+        "all_s": time.perf_counter() - started,
+        "rss_growth": rss.growth,
+        "frames": frames,
+    }
 
 
 def main() -> None:
@@ -244,8 +255,14 @@ def main() -> None:
     print(f"frames per stream: {sorted(frames)} (every stored event, once)")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        result = {"events": args.events, "size": args.size, "db": args.db,
-                  "whole_load": whole, "paged": page, "paged_http": http}  # fmt: skip
+        result = {
+            "events": args.events,
+            "size": args.size,
+            "db": args.db,
+            "whole_load": whole,
+            "paged": page,
+            "paged_http": http,
+        }
         args.out.write_text(json.dumps(result, indent=2))
 
 

@@ -43,6 +43,8 @@ shows both walls, the difference, and each side's in-loop rate (tokens/s over al
 separates what the service adds per step from what it adds once. Direct and service runs come in
 `--pairs` pairs (default 2) in alternating order, and the walls compared are the means: on a
 shared machine one pair alone can differ by more than the 5% being measured.
+
+The sides themselves (ours, TRL's, one process each) are bench/train_sides.py.
 """
 
 from __future__ import annotations
@@ -50,7 +52,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -59,10 +60,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.machine import cpu_kind, matmul_tflops, params_of, profile_summary  # noqa: E402
+from bench.machine import cpu_kind  # noqa: E402
+from bench.train_sides import ours_config, side  # noqa: E402
 from core.schemas.train import EFFECTIVE_BATCH, QloraTrainerConfig  # noqa: E402
 from worker.train.memory import CHILD_ENV  # noqa: E402
 
@@ -75,16 +75,26 @@ TARGET_OVERHEAD = 0.05
 BUDGET_MB = QloraTrainerConfig().activation_budget_mb  # the trainer's default
 SHAPES: dict[str, dict[str, Any]] = {  # Qwen2.5 sizes from their published configs
     "qwen2.5-0.5b": {
-        "model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
-        "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
-        "vocab_size": 151936, "tie_word_embeddings": True,
+        "model_type": "qwen2",
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
     },
     "qwen2.5-1.5b": {
-        "model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960,
-        "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
-        "vocab_size": 151936, "tie_word_embeddings": True,
+        "model_type": "qwen2",
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
     },
-}  # fmt: skip
+}
 
 
 def build_corpus(root: Path) -> Path:
@@ -117,165 +127,26 @@ def build_shape(name: str, cache: Path) -> str:
     return str(folder)
 
 
-# ---- one side per process ----------------------------------------------------------------------
 def budget_mb(text: str) -> int | str:
     return text if text == "auto" else int(text)
-
-
-def ours_config(args: argparse.Namespace, extra_steps: int = 0) -> dict[str, Any]:
-    return {
-        "base_model": args.base_model, "micro_batch": args.micro_batch,
-        "grad_accum": EFFECTIVE_BATCH // args.micro_batch, "max_seq_len": args.seq,
-        "max_steps": args.steps + 1 + extra_steps, "eval_every": 10**6,
-        "checkpoint_every": 10**6, "compute_dtype": args.dtype,
-        "activation_budget_mb": args.activation_budget_mb, "dequant_cache": args.dequant_cache,
-    }  # fmt: skip
-
-
-def run_ours(args: argparse.Namespace) -> dict[str, Any]:
-    from worker.train import qlora
-    from worker.train.callbacks import TrainerCallbacks
-
-    class Profiled(TrainerCallbacks):
-        """Profiles the step after the timed ones."""
-
-        prof: Any = None
-        rss: int | None = None
-        summary: list[tuple[str, float]] = []
-        seconds = 0.0  # the profiled step's, profiler included: not part of the direct wall
-
-        def should_stop(self) -> str | None:
-            if len(self.steps) == args.steps + 1 and args.profile_step:
-                from torch.profiler import ProfilerActivity, profile
-
-                self.seconds = time.time()
-                # the peak before the profiler, whose event records are not the trainer's memory
-                self.rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-                self.prof = profile(activities=[ProfilerActivity.CPU])
-                self.prof.__enter__()
-            return None
-
-        def on_step(self, step: int, total: int | None, **metrics: Any) -> None:
-            super().on_step(step, total, **metrics)
-            if self.prof is not None:
-                self.prof.__exit__(None, None, None)
-                self.summary, self.prof = profile_summary(self.prof), None
-                self.seconds = time.time() - self.seconds
-
-    callbacks = Profiled()
-    config = ours_config(args, extra_steps=1 if args.profile_step else 0)
-    out = Path(tempfile.mkdtemp(prefix="ours-", dir=args.work))
-    result = qlora.train(
-        config, args.corpus, out, callbacks,
-        seed=0, contract="action_only", probe=False, model_cache=args.model_cache,
-    )  # fmt: skip
-    # interpreter start -> trained, the profiled step left out (the service run has none)
-    wall = time.time() - psutil.Process().create_time() - callbacks.seconds
-    timed = callbacks.steps[1 : args.steps + 1]
-    return {
-        "tokens": sum(s["tokens"] for s in timed),
-        "seconds": sum(s["seconds"] for s in timed),
-        "loop_tokens_per_s": result["tokens_per_s"],
-        "trainer_seconds": result["seconds"],
-        "direct_wall": wall,
-        "loss": result["final_loss"],
-        "vram": result["peak_vram_bytes"],
-        "params": params_of(args.base_model, args.model_cache),
-        "kernels": result["kernels"],
-        "profile": callbacks.summary,
-        "rss_before_profile": callbacks.rss,
-    }
-
-
-def run_trl(args: argparse.Namespace) -> dict[str, Any]:
-    import torch
-    from datasets import Dataset
-    from peft import LoraConfig
-    from transformers import AutoTokenizer, TrainerCallback
-    from trl import SFTConfig, SFTTrainer
-
-    from worker.models.base_model import resolve_base_model
-    from worker.models.lm import bnb_backend, device_and_dtype, load_4bit
-    from worker.train.chat_data import read_messages
-
-    base_dir = resolve_base_model(args.base_model, args.model_cache)
-    cuda = torch.cuda.is_available()
-    device, dtype = device_and_dtype(args.dtype)  # the compute dtype ours uses
-    model = load_4bit(base_dir, device, dtype)
-    tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    rows = [{"messages": r["messages"]} for r in read_messages(args.corpus / "messages.jsonl")]
-    marks: list[tuple[float, int]] = []
-
-    class Clock(TrainerCallback):
-        def on_step_end(self, targs, state, control, **kwargs):
-            marks.append((time.perf_counter(), state.num_input_tokens_seen))
-
-        def on_train_begin(self, targs, state, control, **kwargs):
-            marks.append((time.perf_counter(), 0))
-
-    config = SFTConfig(
-        output_dir=str(Path(tempfile.mkdtemp(prefix="trl-", dir=args.work))),
-        per_device_train_batch_size=1, gradient_accumulation_steps=EFFECTIVE_BATCH,
-        max_length=512, packing=False, assistant_only_loss=False, learning_rate=2e-4,
-        max_steps=args.steps + 1, logging_steps=10**6, save_strategy="no", report_to=[],
-        bf16=dtype == torch.bfloat16, use_cpu=not cuda,
-        optim="paged_adamw_8bit" if cuda else "adamw_torch",
-        include_num_input_tokens_seen="non_padding", dataloader_num_workers=0, seed=0,
-    )  # fmt: skip
-    lora = LoraConfig(
-        r=16, lora_alpha=32, lora_dropout=0.05, bias="none", task_type="CAUSAL_LM",
-        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
-    )  # fmt: skip
-    trainer = SFTTrainer(
-        model=model, args=config, train_dataset=Dataset.from_list(rows),
-        processing_class=tokenizer, peft_config=lora, callbacks=[Clock()],
-    )  # fmt: skip
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    output = trainer.train()
-    (t1, n1), (t_end, n_end) = marks[1], marks[-1]
-    ckpt = bool(trainer.args.gradient_checkpointing)
-    layers = len(trainer.model.get_base_model().get_decoder().layers)
-    kernels = {
-        "compute_dtype": str(dtype).removeprefix("torch."),
-        "attention": trainer.model.config._attn_implementation,
-        "gradient_checkpointing": f"{layers if ckpt else 0} of {layers} layers",
-        "dequant_cache": "off", "matmul_4bit": bnb_backend(device),
-        "threads": torch.get_num_threads(),
-    }  # fmt: skip
-    return {
-        "kernels": kernels,
-        "tokens": n_end - n1,
-        "seconds": t_end - t1,
-        "loss": output.training_loss,
-        "vram": torch.cuda.max_memory_allocated() if cuda else None,
-        "params": params_of(args.base_model, args.model_cache),
-    }
-
-
-def side(args: argparse.Namespace) -> None:
-    """Child process: run one side, print one JSON line with its peak RSS."""
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    result = {"ours": run_ours, "trl": run_trl}[args.side](args)
-    result["rss"] = result.pop("rss_before_profile", None) or (
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    )
-    result["tflops"] = matmul_tflops()
-    print("RESULT " + json.dumps(result), flush=True)
 
 
 def spawn(args: argparse.Namespace, name: str, **overrides: Any) -> dict[str, Any]:
     command = [sys.executable, __file__, "--side", name, "--corpus", str(args.corpus)]
     options = {
-        "steps": args.steps, "model-cache": args.model_cache, "work": args.work,
-        "base-model": args.base_model, "micro-batch": args.micro_batch, "seq": 512,
-        "dtype": args.dtype, "threads": args.threads, "profile-step": 0,
-        "activation-budget-mb": args.activation_budget_mb, "dequant-cache": args.dequant_cache,
+        "steps": args.steps,
+        "model-cache": args.model_cache,
+        "work": args.work,
+        "base-model": args.base_model,
+        "micro-batch": args.micro_batch,
+        "seq": 512,
+        "dtype": args.dtype,
+        "threads": args.threads,
+        "profile-step": 0,
+        "activation-budget-mb": args.activation_budget_mb,
+        "dequant-cache": args.dequant_cache,
         **overrides,
-    }  # fmt: skip
+    }
     for key, value in options.items():
         command += [f"--{key}", str(value)]
     started = time.time()
@@ -300,16 +171,23 @@ def run_service(args: argparse.Namespace) -> dict[str, Any]:
     from tests.stack import Scratch, Stack, create_database
 
     folder = args.work / "service"  # its database, runs and logs; the play logs "ours" trained on
-    scratch = Scratch(folder, create_database("sqlite", folder), prefix="tt",
-                      data_dir=args.work / "data", model_cache=args.model_cache)  # fmt: skip
+    scratch = Scratch(
+        folder,
+        create_database("sqlite", folder),
+        prefix="tt",
+        data_dir=args.work / "data",
+        model_cache=args.model_cache,
+    )
     scratch.migrate()
     threads = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else {}
     stack = Stack({**scratch.env, **threads, "TRM_LOG_LEVEL": "WARNING"}, folder / "logs")
     spec = {
-        "kind": "train", "trainer": "qlora", "seed": 0,
+        "kind": "train",
+        "trainer": "qlora",
+        "seed": 0,
         "corpus": {"sources": [{"type": "trm_play_root", "name": "route", "path": "play"}]},
         "qlora": ours_config(args),
-    }  # fmt: skip
+    }
     try:
         stack.start_api()
         stack.start_worker()
@@ -338,9 +216,12 @@ def run_service(args: argparse.Namespace) -> dict[str, Any]:
         )
         print(f"  service: {wall:.0f} s", file=sys.stderr)
         return {
-            "wall": wall, "stage_seconds": ended - began, "same_rows": same_rows,
-            "loop_tokens_per_s": result["tokens_per_s"], "trainer_seconds": result["seconds"],
-        }  # fmt: skip
+            "wall": wall,
+            "stage_seconds": ended - began,
+            "same_rows": same_rows,
+            "loop_tokens_per_s": result["tokens_per_s"],
+            "trainer_seconds": result["seconds"],
+        }
     finally:
         stack.stop()
         scratch.drop()
@@ -358,25 +239,33 @@ def main() -> None:
         "--pairs", type=int, default=2, help="direct / service pairs for the overhead (mean)"
     )
     parser.add_argument(
-        "--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+        "--dtype",
+        choices=["auto", "float32", "bfloat16"],
+        default="auto",
         help="compute dtype of both sides (default: auto, what this machine's trainer picks)",
-    )  # fmt: skip
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     parser.add_argument(
-        "--micro-batch", type=int, default=1, choices=[1, 2, 4, 8, 16],
+        "--micro-batch",
+        type=int,
+        default=1,
+        choices=[1, 2, 4, 8, 16],
         help="ours: micro-batch (x 16 / it accumulation; default 1: TRL's shape, and the "
         "trainer's `auto` on a CPU)",
-    )  # fmt: skip
+    )
     parser.add_argument("--profile", action="store_true", help="print where ours' step time went")
     parser.add_argument(
-        "--activation-budget-mb", type=budget_mb, default=BUDGET_MB,
-        help=f"ours: qlora.activation_budget_mb, MiB or auto (default {BUDGET_MB}, the "
-        "trainer's)",
-    )  # fmt: skip
+        "--activation-budget-mb",
+        type=budget_mb,
+        default=BUDGET_MB,
+        help=f"ours: qlora.activation_budget_mb, MiB or auto (default {BUDGET_MB}, the trainer's)",
+    )
     parser.add_argument(
-        "--dequant-cache", default="auto", choices=["auto", "on", "off"],
+        "--dequant-cache",
+        default="auto",
+        choices=["auto", "on", "off"],
         help="ours: qlora.dequant_cache (default auto, the trainer's default)",
-    )  # fmt: skip
+    )
     # for the child processes
     parser.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
@@ -444,8 +333,14 @@ def print_table(args, trl, ours, rss, service) -> None:
     tflops = ours.get("tflops")
     micro = args.micro_batch
     rows = [("", "TRL SFTTrainer (1 x 16, 512)", f"qlora ({micro} x {16 // micro}, 512, packed)")]
-    for key in ("compute_dtype", "attention", "gradient_checkpointing", "dequant_cache",
-                "matmul_4bit", "threads"):  # fmt: skip
+    for key in (
+        "compute_dtype",
+        "attention",
+        "gradient_checkpointing",
+        "dequant_cache",
+        "matmul_4bit",
+        "threads",
+    ):
         rows.append((key.replace("_", " "), str(trl["kernels"][key]), str(ours["kernels"][key])))
     rows.append(("real tokens / s", f"{rate(trl):.1f}", f"{rate(ours):.1f}"))
     rows.append(("timed tokens", str(trl["tokens"]), str(ours["tokens"])))  # ours: every direct run
