@@ -293,12 +293,16 @@ KINDS: tuple[Kind, ...] = (
     ),
     _row(
         ("TALLY:<verb>", "TALLY:buy-sell", "number", "plan", "plans"),
-        "how many of the plan's steps name the object with {verb} (or a difference of two such "
-        "counts)",
+        "how many of the plan's steps name the object with {verb} (`*`: any verb; `a-b`: the "
+        "difference of two such counts)",
     ),
     _row(
         ("S:<name>|<c>", "S:TALLY:buy-sell|held-target", "number", "plan", "plans"),
         "{name}, plus the object's number {c}",
+    ),
+    _row(
+        ("GAP:<name>|<c>", "GAP:TALLY:*|held-target", "number", "plan", "plans"),
+        "{name}, less how far apart the object's two numbers of {c} are",
     ),
     _row(
         ("OMIN:<dict>.*:<name>", "OMIN:assets.*:D:TALLY:sell|held", "number", "plan", "plans"),

@@ -17,7 +17,10 @@ steps that have it (a flag such as `NAME_IN` true on every step). Per aligned nu
 plan's total, and `PD:` that total less each number of the scope (`budget`). And `PLEN`: the
 plan's length less its items' (a dropped step). Per object of a dict keyed by the plan's actions
 (`assets.*`), what the plan does to it in sum (`_tallies`: buys less sells against target less
-held), over every object as `OMIN:`/`OMAX:`. The same for every candidate of the row: a
+held; and, whatever its verbs, how many steps name it less how far apart two of its numbers are,
+`GAP:TALLY:*|held-target`, 0 on every object when each is moved exactly as far as it should be:
+a plan that only sells has no buy count to subtract, so this is what reads it), over every
+object as `OMIN:`/`OMAX:`. The same for every candidate of the row: a
 verdict is read against them. Names keep their paths, so a model learns one source family's
 rules from that family's worlds, and a world without a plan has none of these features.
 """
@@ -89,19 +92,24 @@ def _tallies(scope: dict[str, Any], step_names: list[set[str]], names: set[str])
     object of it, named or not: how many steps name it, by the rest of their names (`TALLY:sell`),
     their differences (`TALLY:buy-sell`), and each less and plus the object's own numbers and
     their differences (`S:TALLY:buy-sell|held-target` is 0 when the plan ends at the target,
-    `D:TALLY:sell|held` above 0 when it sells what is not held). Over the objects:
+    `D:TALLY:sell|held` above 0 when it sells what is not held), and the steps that name it at
+    all less the distance between two of its numbers (`GAP:TALLY:*|held-target`). Over the objects:
     `OMIN:`/`OMAX:`. What a plan does to each object in sum, where a step alone says little."""
     out: Features = {}
     for path, objects in _keyed_dicts(scope, names):
-        verbs = sorted({v for v in names if ":" not in v and "." not in v}
-                       - {str(k).lower() for k in objects})  # fmt: skip
+        keys = {str(k).lower() for k in objects}
+        verbs = sorted({v for v in names if ":" not in v and "." not in v} - keys)
         values: dict[str, list[float]] = {}
         for key, obj in objects.items():
             mine = [own for own in step_names if str(key).lower() in own]
             tally = {v: float(sum(v in own for own in mine)) for v in verbs}
             tally.update(_differences(list(tally.items())))
             listed = _numbers(obj)
-            numbers = {**dict(listed), **_differences(listed[:MAX_ITEM_NUMBERS])}
+            pairs = _differences(listed[:MAX_ITEM_NUMBERS])
+            numbers = {**dict(listed), **pairs}
+            for field, apart in pairs.items():
+                gap = name("GAP", name("TALLY", "*"), field)
+                values.setdefault(gap, []).append(len(mine) - abs(apart))
             for t, count in tally.items():
                 counted = name("TALLY", t)
                 values.setdefault(counted, []).append(count)
@@ -217,8 +225,8 @@ def _with_differences(item: Any) -> Any:
 
 def _numbers(obj: dict[str, Any]) -> list[tuple[str, float]]:
     """(key, value) of an object's own numbers (not its flags), in key order."""
-    return [(k, float(v)) for k, v in sorted(obj.items())
-            if isinstance(v, int | float) and not isinstance(v, bool)]  # fmt: skip
+    own = sorted(obj.items())
+    return [(k, float(v)) for k, v in own if isinstance(v, int | float) and not isinstance(v, bool)]
 
 
 def _differences(numbers: list[tuple[str, float]]) -> dict[str, float]:
@@ -232,13 +240,16 @@ def _without_others(node: Any, names: set[str]) -> Any:
     they would only name the world's actions."""
     if isinstance(node, dict):
         if any(str(k).lower() in names for k in node):
-            return {k: v for k, v in node.items()
-                    if str(k).lower() in names or not isinstance(v, dict | list)}  # fmt: skip
+            return {
+                k: v
+                for k, v in node.items()
+                if str(k).lower() in names or not isinstance(v, dict | list)
+            }
         return {k: _without_others(v, names) for k, v in node.items()}
     if isinstance(node, list):
         tags = [v.get("name", v.get("id")) if isinstance(v, dict) else None for v in node]
         if any(isinstance(t, str) and t.lower() in names for t in tags):
-            return [v for v, t in zip(node, tags, strict=True)
-                    if not isinstance(t, str) or t.lower() in names]  # fmt: skip
+            pairs = zip(node, tags, strict=True)
+            return [v for v, t in pairs if not isinstance(t, str) or t.lower() in names]
         return [_without_others(v, names) for v in node]
     return node
