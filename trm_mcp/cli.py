@@ -17,12 +17,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="with --http (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="with --http (default: 8765)")
     p.add_argument(
-        "--allow-host", action="append", default=[], metavar="NAME",
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
         help="with --http: a name clients reach this server by (repeatable). Requests whose "
         "Host or Origin is not a loopback name, the bind address or one of these are refused. "
         "Beyond loopback TRM_API_TOKEN must be set: every caller sends it as a bearer token. "
         "(default: none, so loopback names and the bind address only).",
-    )  # fmt: skip
+    )
     p.set_defaults(func=cmd_mcp)
 
 

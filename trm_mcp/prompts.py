@@ -98,13 +98,26 @@ PROMPTS = {
     p.name: p
     for p in (
         Prompt("train-router", "Train a router on routerBench, then bench it", (), train_router),
-        Prompt("hill-climb", "Hill-climb a routerBench router's data knobs, then bench the "
-               "best", (), hill_climb),
-        Prompt("bench-run", "Bench a trained run on a bench (routerBench by default)",
-               (("run_id", "the train run (or <hill-climb id>:final)", True),
-                ("bench", "a bench from list_benches (default routerbench)", False)),
-               bench_run),
-        Prompt("decide", "Decide with a promoted controller",
-               (("name", "the controller's name (list_controllers)", True),), decide_with),
+        Prompt(
+            "hill-climb",
+            "Hill-climb a routerBench router's data knobs, then bench the best",
+            (),
+            hill_climb,
+        ),
+        Prompt(
+            "bench-run",
+            "Bench a trained run on a bench (routerBench by default)",
+            (
+                ("run_id", "the train run (or <hill-climb id>:final)", True),
+                ("bench", "a bench from list_benches (default routerbench)", False),
+            ),
+            bench_run,
+        ),
+        Prompt(
+            "decide",
+            "Decide with a promoted controller",
+            (("name", "the controller's name (list_controllers)", True),),
+            decide_with,
+        ),
     )
-}  # fmt: skip
+}

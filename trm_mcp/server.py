@@ -26,7 +26,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from core.schemas.specs import RUN_SPEC, SPEC_MODELS
 from trm_mcp.api import Api, ApiFailure
 from trm_mcp.prompts import PROMPTS
-from trm_mcp.tools import compact, tools
+from trm_mcp.tool_base import compact
+from trm_mcp.tools import tools
 
 # Given the HTTP request of a call (None over stdio), the API to call with whose token.
 ApiFor = Callable[[Any], Api]
@@ -84,9 +85,14 @@ def build_server(api_for: ApiFor = env_api) -> Server:
         missing = [k for k in tool.schema.get("required", []) if k not in arguments]
         if missing:
             return error_result(
-                {"error": {"code": "validation_error", "message": f"{missing[0]}: required",
-                           "details": [{"field": m, "message": "required"} for m in missing]}}
-            )  # fmt: skip
+                {
+                    "error": {
+                        "code": "validation_error",
+                        "message": f"{missing[0]}: required",
+                        "details": [{"field": m, "message": "required"} for m in missing],
+                    }
+                }
+            )
         api = api_for(server.request_context.request)
         try:
             result = await tool.handler(api, arguments)
@@ -100,10 +106,11 @@ def build_server(api_for: ApiFor = env_api) -> Server:
     @server.list_resources()
     async def list_resources() -> list[types.Resource]:
         return [
-            types.Resource(uri=AnyUrl(uri), name=name, description=desc,
-                           mimeType="application/json")
+            types.Resource(
+                uri=AnyUrl(uri), name=name, description=desc, mimeType="application/json"
+            )
             for uri, (name, desc) in resources().items()
-        ]  # fmt: skip
+        ]
 
     @server.read_resource()
     async def read_resource(uri: AnyUrl) -> list[ReadResourceContents]:
@@ -175,9 +182,11 @@ class StreamableHttp:
         # Stateless: each POST stands alone, so a restarted API or a second API process behind
         # a balancer serves any call; there is nothing to resume between a client's calls.
         self.manager = StreamableHTTPSessionManager(
-            app=build_server(api_for), json_response=True, stateless=True,
+            app=build_server(api_for),
+            json_response=True,
+            stateless=True,
             security_settings=security,
-        )  # fmt: skip
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
@@ -237,9 +246,10 @@ def http_security(bind: str, allow_hosts: list[str]) -> TransportSecuritySetting
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=[h for n in names for h in (n, f"{n}:*")],
-        allowed_origins=[o for n in names for s in ("http", "https")
-                         for o in (f"{s}://{n}", f"{s}://{n}:*")],
-    )  # fmt: skip
+        allowed_origins=[
+            o for n in names for s in ("http", "https") for o in (f"{s}://{n}", f"{s}://{n}:*")
+        ],
+    )
 
 
 def required_token(bind: str, token: str | None) -> str | None:

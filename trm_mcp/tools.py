@@ -1,7 +1,9 @@
 """The tools: each has a JSON-Schema input and answers compact JSON. Names, descriptions and
 schemas are what the agent's model reads every turn, so they stay short: a spec's full schema is
 a resource (trm://schemas/run-spec), named here with one example; answers are compact unless
-the caller asks for `full`. A start answers `replayed: true` when its key matched an earlier run."""
+the caller asks for `full`. A start answers `replayed: true` when its key matched an earlier run.
+The run tools are here; the controller tools in `trm_mcp.controller_tools`, the pieces both build
+on in `trm_mcp.tool_base`."""
 
 from __future__ import annotations
 
@@ -10,16 +12,13 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
-from core.controllers import MAX_ROWS, DecideRowIn
-from core.decisions import MAX_NOTES, MAX_OUTCOMES, MAX_PAGE
 from core.models import TERMINAL_STATUSES
 from trm_mcp.api import Api, ApiFailure
+from trm_mcp.controller_tools import controller_tools
 from trm_mcp.datasets import DATASETS, datasets, datasets_schema
+from trm_mcp.tool_base import FULL, RUN_ID, Tool, compact, obj, short
 
 # Hermes gives each tool call 300 s; an answer after that is lost, so waits stop well before.
 WAIT_CAP_S = 280
@@ -28,23 +27,21 @@ POLL_S = 2.0
 ARTIFACT_CAP = 64 * 1024  # the most one read_artifact call returns
 ARTIFACT_PAGE = 8 * 1024  # its default: an agent's context is the budget; it pages with offset
 RUN_FIELDS = (
-    "id", "kind", "status", "name", "dry_run", "phase", "percent", "best_anchor", "attempt",
-    "failure_class", "failure_reason", "cancel_requested", "created_at", "finished_at",
-)  # fmt: skip
-
-Handler = Callable[[Api, dict[str, Any]], Awaitable[Any]]
-
-
-@dataclass(frozen=True)
-class Tool:
-    name: str
-    description: str
-    schema: dict[str, Any]
-    handler: Handler
-
-
-def compact(data: Any) -> str:
-    return json.dumps(data, separators=(",", ":"), default=str)
+    "id",
+    "kind",
+    "status",
+    "name",
+    "dry_run",
+    "phase",
+    "percent",
+    "best_anchor",
+    "attempt",
+    "failure_class",
+    "failure_reason",
+    "cancel_requested",
+    "created_at",
+    "finished_at",
+)
 
 
 def idempotency_key(tool: str, args: dict[str, Any]) -> str:
@@ -64,26 +61,18 @@ def brief(run: dict[str, Any]) -> dict[str, Any]:
     return {k: run.get(k) for k in RUN_FIELDS if run.get(k) is not None}
 
 
-def obj(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": list(required),
-        "additionalProperties": False,
-    }
-
-
-RUN_ID = {"type": "string", "description": "a run id"}
 KEY = {
     "type": "string",
     "maxLength": 200,
     "description": "default: from the arguments (a retry gets the same run)",
 }
 RERUN = {"type": "boolean", "description": "true: a new run"}
-FULL = {"type": "boolean", "description": "true: the whole answer"}
-NAME = {"type": "string"}  # a controller's name (list_controllers)
-SPEC_EXAMPLE = {"kind": "bench", "bench": "routerbench", "router": "<train run id>",
-                "baseline": "none"}  # fmt: skip
+SPEC_EXAMPLE = {
+    "kind": "bench",
+    "bench": "routerbench",
+    "router": "<train run id>",
+    "baseline": "none",
+}
 
 
 def spec_schema() -> dict[str, Any]:
@@ -167,15 +156,10 @@ async def get_run(api: Api, args: dict[str, Any]) -> Any:
         return run
     stages = [
         {"name": s.get("name"), "status": s.get("status")}
-        | ({"error": _short(err)} if (err := (s.get("manifest") or {}).get("error")) else {})
+        | ({"error": short(err)} if (err := (s.get("manifest") or {}).get("error")) else {})
         for s in run.get("stages") or []
     ]
     return {**brief(run), "stages": stages, "next": next_step(run)}
-
-
-def _short(value: Any, limit: int = 300) -> str:
-    text = value if isinstance(value, str) else compact(value)
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 async def card_text(api: Api, run_id: str) -> str:
@@ -243,7 +227,7 @@ async def list_benches(api: Api, args: dict[str, Any]) -> Any:
         return menu
     benches = menu.get("benches", menu) if isinstance(menu, dict) else menu
     return [
-        {"name": b.get("name"), "description": _short(str(b.get("description") or ""), 160)}
+        {"name": b.get("name"), "description": short(str(b.get("description") or ""), 160)}
         for b in benches
         if isinstance(b, dict)
     ]
@@ -259,9 +243,10 @@ async def read_artifact(api: Api, args: dict[str, Any]) -> Any:
     offset = max(0, int(args.get("offset") or 0))
     try:
         response = await api.call(
-            "GET", f"/runs/{run_id}/artifacts/{path}",
+            "GET",
+            f"/runs/{run_id}/artifacts/{path}",
             headers={"Range": f"bytes={offset}-{offset + size - 1}"},
-        )  # fmt: skip
+        )
     except ApiFailure as failure:
         if failure.status != 416:
             raise
@@ -320,155 +305,80 @@ def compact_ledger(entries: list[dict[str, Any]]) -> dict[str, Any]:
     return {"candidates": list(candidates.values()), "search": search, "events": len(entries)}
 
 
-def _controller_path(name: str, tail: str = "") -> str:
-    return f"/controllers/{quote(name, safe='')}{tail}"
-
-
-async def list_controllers(api: Api, args: dict[str, Any]) -> Any:
-    name = args.get("name")
-    return await api.json("GET", _controller_path(name) if name else "/controllers")
-
-
-async def promote(api: Api, args: dict[str, Any]) -> Any:
-    body = {k: args[k] for k in ("name", "run_id", "abstain_margin") if args.get(k) is not None}
-    return await api.json("POST", "/controllers", json_body=body)
-
-
-async def decide(api: Api, args: dict[str, Any]) -> Any:
-    body = {"rows": args["rows"], "version": args.get("version")}
-    return await api.json("POST", _controller_path(args["name"], "/decide"), json_body=body)
-
-
-def decide_schema() -> dict[str, Any]:
-    row = untitled(DecideRowIn.model_json_schema())
-    row["description"] = 'e.g. {"state": "<the state as text>", "tools": ["a", "b"]}'
-    return obj(
-        {
-            "name": NAME,
-            "rows": {"type": "array", "items": row, "minItems": 1, "maxItems": MAX_ROWS},
-            "version": {"type": "integer", "minimum": 1, "description": "default: live"},
-        },
-        ("name", "rows"),
-    )
-
-
-async def report_outcomes(api: Api, args: dict[str, Any]) -> Any:
-    body = {"outcomes": args["outcomes"]}
-    return await api.json("POST", _controller_path(args["name"], "/outcomes"), json_body=body)
-
-
-async def list_decisions(api: Api, args: dict[str, Any]) -> Any:
-    """Newest first; compact: a decision's id, version, action, margin, abstain, its state cut
-    short, the shadow's action when one ran, and its outcome (unless `full`)."""
-    params = {"limit": args.get("limit", 20), "before": args.get("before")}
-    if args.get("with_outcomes") is not None:
-        params["with_outcomes"] = "true" if args["with_outcomes"] else "false"
-    page = await api.json("GET", _controller_path(args["name"], "/decisions"), params=params)
-    if args.get("full"):
-        return page
-    return {"decisions": [_decision(d) for d in page["decisions"]],
-            "next_before": page.get("next_before")}  # fmt: skip
-
-
-def _decision(d: dict[str, Any]) -> dict[str, Any]:
-    out = {k: d[k] for k in ("id", "version", "action", "abstain")}
-    out["margin"], out["state"] = round(d["margin"], 4), _short(d["state"], 80)
-    if d.get("shadow_version") is not None:
-        out["shadow"] = {"version": d["shadow_version"], "action": d["shadow_action"]}
-    outcome = d.get("outcome")
-    out["outcome"] = outcome and {
-        k: outcome[k] for k in ("success", "reward") if outcome[k] is not None
-    }
-    return out
-
-
-async def set_shadow(api: Api, args: dict[str, Any]) -> Any:
-    body = {"version": args.get("version")}
-    return await api.json("POST", _controller_path(args["name"], "/shadow"), json_body=body)
-
-
-def outcomes_schema() -> dict[str, Any]:
-    outcome = obj(
-        {
-            "decision_id": {"type": "string", "description": "from decide's answer"},
-            "success": {"type": "boolean"},
-            "reward": {"type": "number"},
-            "notes": {"type": "string", "maxLength": MAX_NOTES},
-        },
-        ("decision_id", "success"),
-    )
-    return obj(
-        {
-            "name": NAME,
-            "outcomes": {"type": "array", "items": outcome, "minItems": 1,
-                         "maxItems": MAX_OUTCOMES},
-        },
-        ("name", "outcomes"),
-    )  # fmt: skip
-
-
-def untitled(schema: Any) -> Any:
-    """A pydantic schema without its `title`s (the names say the same), to keep it short."""
-    if isinstance(schema, dict):
-        return {k: untitled(v) for k, v in schema.items() if k != "title"}
-    if isinstance(schema, list):
-        return [untitled(v) for v in schema]
-    return schema
-
-
 def tools() -> list[Tool]:
     run_only = obj({"run_id": RUN_ID}, ("run_id",))
     full_only = obj({"full": FULL})
     return [
-        Tool("submit_run", "Queue a run from a spec. Same arguments again: the same run, "
-             "answered with replayed=true.", spec_schema(), submit_run),
-        Tool("start_bench", "Start a bench, e.g. name=routerbench router=<train run id> "
-             "baseline=none.", bench_schema(), start_bench),
-        Tool("get_run", "A run's status and stages (full=true: the whole run).",
-             obj({"run_id": RUN_ID, "full": FULL}, ("run_id",)), get_run),
+        Tool(
+            "submit_run",
+            "Queue a run from a spec. Same arguments again: the same run, "
+            "answered with replayed=true.",
+            spec_schema(),
+            submit_run,
+        ),
+        Tool(
+            "start_bench",
+            "Start a bench, e.g. name=routerbench router=<train run id> baseline=none.",
+            bench_schema(),
+            start_bench,
+        ),
+        Tool(
+            "get_run",
+            "A run's status and stages (full=true: the whole run).",
+            obj({"run_id": RUN_ID, "full": FULL}, ("run_id",)),
+            get_run,
+        ),
         Tool("get_card", "A run's status card as text.", run_only, get_card),
-        Tool("wait_for_run", f"Wait until the run ends or timeout_s (max {WAIT_CAP_S}) passes; "
-             "answers the card and what to do next.",
-             obj({"run_id": RUN_ID, "timeout_s": {"type": "number", "minimum": 0,
-                  "maximum": WAIT_CAP_S}}, ("run_id",)), wait_for_run),
+        Tool(
+            "wait_for_run",
+            f"Wait until the run ends or timeout_s (max {WAIT_CAP_S}) passes; "
+            "answers the card and what to do next.",
+            obj(
+                {
+                    "run_id": RUN_ID,
+                    "timeout_s": {"type": "number", "minimum": 0, "maximum": WAIT_CAP_S},
+                },
+                ("run_id",),
+            ),
+            wait_for_run,
+        ),
         Tool("cancel_run", "Ask a run to stop.", run_only, cancel_run),
-        Tool("list_runs", "Recent runs, newest first, e.g. kind=train status=completed.",
-             obj({"kind": {"enum": ["train", "bench", "hillclimb", "selftest"]},
-                  "status": {"type": "string"}, "cursor": {"type": "string"},
-                  "limit": {"type": "integer", "minimum": 1, "maximum": 100}}),
-             list_runs),
-        Tool("list_benches", "The bench menu (full=true: with defaults).", full_only,
-             list_benches),
-        Tool("read_artifact", f"A page ({ARTIFACT_PAGE // 1024} KiB; max_bytes up to "
-             f"{ARTIFACT_CAP // 1024} KiB) of a run's file, e.g. path=scorecard.json; a longer "
-             "file ends with its next offset. No path: the file list.",
-             obj({"run_id": RUN_ID, "path": {"type": "string"},
-                  "max_bytes": {"type": "integer", "minimum": 1, "maximum": ARTIFACT_CAP},
-                  "offset": {"type": "integer", "minimum": 0}},
-                 ("run_id",)), read_artifact),
-        Tool("get_ledger", "A hill-climb's ledger, a line a candidate (full=true: each event).",
-             obj({"run_id": RUN_ID, "full": FULL}, ("run_id",)),
-             get_ledger),
-        Tool("list_controllers", "Promoted controllers and their live versions; name=X: its "
-             "versions.", obj({"name": {"type": "string"}}), list_controllers),
-        Tool("promote", "Make a completed train run (a hill-climb's best, a bench's trained "
-             "router) the name's live version.",
-             obj({"name": {"type": "string"}, "run_id": RUN_ID,
-                  "abstain_margin": {"type": "number", "minimum": 0, "maximum": 1}},
-                 ("name", "run_id")), promote),
-        Tool("decide", "Ask a promoted controller which tool to take for each row: action, "
-             "probabilities, margin, abstain.", decide_schema(), decide),
-        Tool("report_outcomes", "Report how decisions went (a logging controller's "
-             "decision_id); a later report replaces an earlier one.", outcomes_schema(),
-             report_outcomes),
-        Tool("list_decisions", "A controller's logged decisions and outcomes, newest first "
-             "(before=<next_before> pages back).",
-             obj({"name": NAME, "limit": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
-                  "before": {"type": "string"}, "with_outcomes": {"type": "boolean"},
-                  "full": FULL}, ("name",)), list_decisions),
-        Tool("set_shadow", "Run version beside the live one (never changes answers; "
-             "list_controllers shows agreement); version=null stops it.",
-             obj({"name": NAME, "version": {"type": ["integer", "null"], "minimum": 1}},
-                 ("name", "version")), set_shadow),
+        Tool(
+            "list_runs",
+            "Recent runs, newest first, e.g. kind=train status=completed.",
+            obj(
+                {
+                    "kind": {"enum": ["train", "bench", "hillclimb", "selftest"]},
+                    "status": {"type": "string"},
+                    "cursor": {"type": "string"},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 100},
+                }
+            ),
+            list_runs,
+        ),
+        Tool("list_benches", "The bench menu (full=true: with defaults).", full_only, list_benches),
+        Tool(
+            "read_artifact",
+            f"A page ({ARTIFACT_PAGE // 1024} KiB; max_bytes up to "
+            f"{ARTIFACT_CAP // 1024} KiB) of a run's file, e.g. path=scorecard.json; a longer "
+            "file ends with its next offset. No path: the file list.",
+            obj(
+                {
+                    "run_id": RUN_ID,
+                    "path": {"type": "string"},
+                    "max_bytes": {"type": "integer", "minimum": 1, "maximum": ARTIFACT_CAP},
+                    "offset": {"type": "integer", "minimum": 0},
+                },
+                ("run_id",),
+            ),
+            read_artifact,
+        ),
+        Tool(
+            "get_ledger",
+            "A hill-climb's ledger, a line a candidate (full=true: each event).",
+            obj({"run_id": RUN_ID, "full": FULL}, ("run_id",)),
+            get_ledger,
+        ),
+        *controller_tools(),
         Tool("datasets", DATASETS, datasets_schema(FULL), datasets),
-    ]  # fmt: skip
+    ]
