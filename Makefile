@@ -15,12 +15,12 @@ up: setup
 	.venv/bin/trm up
 
 lint: setup
-	.venv/bin/ruff check core app worker tests bench
-	.venv/bin/mypy core app worker
+	.venv/bin/ruff check core app worker trm_mcp tests bench
+	.venv/bin/mypy core app worker trm_mcp
 
 format: setup
-	.venv/bin/ruff format core app worker tests bench
-	.venv/bin/ruff check --fix core app worker tests bench
+	.venv/bin/ruff format core app worker trm_mcp tests bench
+	.venv/bin/ruff check --fix core app worker trm_mcp tests bench
 
 bench: setup
 	.venv/bin/python bench/service.py
