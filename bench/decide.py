@@ -21,7 +21,7 @@ call by call, torch and the general encoder evict them):
   `TinyRecursiveModel.infer` above; gbdt: `Booster.predict` on the raw matrix): the ceiling;
 - numpy, torch (trm): both forwards on the same encoded rows, whichever the controller runs;
 - encode: the decision-time encoder to the model's input as `decide` runs it (trm: scaled and
-  padded; gbdt: only the columns its trees split on, the rest NaN);
+  padded; gbdt: only the columns its trees split on, the rest 0.0);
 - general: the general encoder (`FeatureSpace.raw`/`.scaled`, worker/features/) to the same
   input: what the encoding cost before the decision-time encoder.
 - http: over a real `trm decide-server` on loopback (its own process, a SQLite registry with the

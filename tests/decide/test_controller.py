@@ -73,7 +73,7 @@ def test_the_numpy_forward_decides_as_torch_does_at_every_batch_size(trm_run: Ti
 
 def test_a_gbdt_decides_from_the_columns_its_trees_split_on(gbdt_run: TinyRun) -> None:
     # Its trees read a row only at their splits: a decision's matrix holds the general
-    # encoder's values in those columns and NaN elsewhere, and scores exactly as the policy.
+    # encoder's values in those columns and 0.0 elsewhere, and scores exactly as the policy.
     rows = anchor_rows(gbdt_run)
     controller = load_controller(gbdt_run.trainer_dir, "gbdt")
     booster = controller.policy.booster  # type: ignore[attr-defined]
@@ -84,7 +84,7 @@ def test_a_gbdt_decides_from_the_columns_its_trees_split_on(gbdt_run: TinyRun) -
     reads = split_columns(booster)
     assert reads and len(reads) < full.shape[1]
     assert np.array_equal(part[:, reads], full[:, reads], equal_nan=True)
-    assert np.isnan(np.delete(part, reads, axis=1)).all()
+    assert (np.delete(part, reads, axis=1) == 0.0).all()
     want = controller.policy.scores_batch([r.state for r in rows], [r.tools for r in rows])
     assert controller.scores(rows) == want
     assert [d.action for d in controller.decide(rows)] == [

@@ -17,7 +17,8 @@ runs; the bounds are the constants below.
 
 **A gbdt's encoding**: its trees read a row's value of a column only where they split on it, so
 a decision works out those columns alone (`split_columns`: 81 of routerBench's 742), the rest
-left NaN; the scores are the same, bit for bit (tests/decide/test_controller.py).
+0.0 (LightGBM copies a row's cells but its zeros: a 64-row call's predict took 35% less time
+than with NaN there); the scores are the same, bit for bit (tests/decide/test_controller.py).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class Controller:
         space = getattr(policy, "space", None)
         self.encoder = FastEncoder(space) if trainer in ("trm", "gbdt") and space else None
         # What `scores` encodes with: a gbdt's trees read a row only at their splits, so only
-        # the columns they split on are worked out (the rest left NaN: the same predictions).
+        # the columns they split on are worked out (the rest 0.0: the same predictions).
         self.decider = self.encoder
         if trainer == "gbdt" and space is not None:
             reads = split_columns(policy.booster)  # type: ignore[attr-defined]

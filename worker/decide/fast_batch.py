@@ -57,9 +57,10 @@ class Assembly:
     features a candidate, gathered by kind; `matrix()` makes it (NaN where nothing is written).
     A row's `start` is its first candidate's place among the call's."""
 
-    def __init__(self, width: int, counts: list[int]) -> None:
+    def __init__(self, width: int, counts: list[int], blank: np.ndarray | None = None) -> None:
         self.width = width
         self.counts = counts
+        self.blank = blank  # a row's value where nothing is written; None: NaN throughout
         self.context_flat: list[int] = []  # row * width + column, the row's shared features
         self.context_values: list[float] = []
         self.fixed: list[tuple[int, Placed]] = []  # (start, the parts' cells)
@@ -87,7 +88,10 @@ class Assembly:
 
     def matrix(self) -> np.ndarray:
         width, counts = self.width, self.counts
-        rows = np.full((len(counts), width), np.nan, dtype=np.float64)
+        if self.blank is None:
+            rows = np.full((len(counts), width), np.nan, dtype=np.float64)
+        else:
+            rows = np.tile(self.blank, (len(counts), 1))
         if self.context_flat:
             rows.reshape(-1)[_indices(self.context_flat)] = _values(self.context_values)
         out = rows[np.repeat(np.arange(len(counts)), counts)]
@@ -108,6 +112,8 @@ class Assembly:
         for start, count, placed in self.plans:
             out[start : start + count, list(placed)] = list(placed.values())
         for start, whole in self.whole:
+            if self.blank is not None:  # the general encoder's columns outside `blank`'s NaN
+                whole = np.where(np.isnan(self.blank), whole, self.blank)
             out[start : start + len(whole)] = whole
         return out
 

@@ -92,13 +92,16 @@ class FastEncoder:
     """A feature space compiled for decisions. `raw(rows)` and `scaled(rows)` are the general
     encoder's matrices for those rows (stacked: each row's candidates in turn, and each row's
     count). `compiled` is False when the space is encoded by the general encoder throughout
-    (`reason` says why). `reads`: the only columns worked out (the rest left NaN), for a model
-    that reads no others (a gbdt's split columns); None: all of them."""
+    (`reason` says why). `reads`: the only columns worked out, for a model that reads no others
+    (a gbdt's split columns), the rest 0.0 (LightGBM copies a dense row's every cell but 0.0,
+    NaN included, before a tree reads it); None: all of them."""
 
     def __init__(self, space: FeatureSpace, reads: Collection[int] | None = None) -> None:
         self.space = space
         kept = range(len(space.names)) if reads is None else set(reads)
         self.index = {n: j for j, n in enumerate(space.names) if j in kept}
+        read = np.isin(np.arange(len(space.names)), list(self.index.values()))
+        self._blank = None if reads is None else np.where(read, np.nan, 0.0)
         self.width = len(space.names)
         self._mean = np.asarray(space.mean, dtype=np.float64)
         self._scale = np.asarray(space.scale, dtype=np.float64)
@@ -165,7 +168,7 @@ class FastEncoder:
         """All candidates of `rows` ((state, tools) pairs) stacked, NaN where a feature is
         absent, and each row's candidate count."""
         counts = [len(t) for _, t in rows]
-        into = Assembly(self.width, counts)
+        into = Assembly(self.width, counts, self._blank)
         start = 0
         for row, (state, tools) in enumerate(rows):
             self.place(state, list(tools), into, (row, start))
