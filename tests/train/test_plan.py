@@ -7,7 +7,7 @@ import json
 import random
 from pathlib import Path
 
-from worker.models.feature_space import FeatureSpace, row_features
+from worker.models.feature_space import row_features
 from worker.train.callbacks import TrainerCallbacks
 from worker.train.trm import train
 
@@ -183,35 +183,3 @@ def test_a_plan_of_one_verb_is_read_by_how_far_it_moves_each_object() -> None:
     assert gaps(["trim_KITE", "trim_KITE", "add_HALO"]) == (0.0, 0.0)  # sound, two verbs
     assert gaps(["trim_KITE", "add_HALO"]) == (-1.0, 0.0)  # a dropped sell: KITE one short
     assert gaps(["trim_KITE", "trim_KITE", "add_HALO", "trim_MOSS"]) == (0.0, 1.0)  # MOSS moved
-
-
-def test_a_source_familys_plan_features_are_kept_from_two_of_six_worlds() -> None:
-    """A verifier's six train worlds review several source families, so a family is often in two
-    of them: its plan features (the objects' keys starred) are kept from two worlds, where any
-    other name needs three; a name of one world is left out either way."""
-    rows = []
-    for w in range(6):
-        traded = w < 2  # two worlds review trades; the other four review something else
-        for k in range(8):
-            held = k % 3
-            state = {
-                "instance": {"assets": {f"T{w}": {"held": held, "target": 0}}},
-                "proposal": ["s"] * (held if k % 2 else max(0, held - 1)),
-                "tags": {"s": f"sell:T{w}"},
-            }
-            if not traded:
-                state = {"queue": {f"Q{w}": k}, "mark": {"only2": k} if w in (2, 3) else {}}
-            sound = not traded or k % 2 == 1
-            rows.append(
-                {
-                    "state": json.dumps(state),
-                    "tools": VERDICTS,
-                    "action": VERDICTS[0 if sound else 1],
-                    "env": f"w{w}",
-                }
-            )
-    names = FeatureSpace.fit(rows).names
-    assert "OMIN:instance.assets.*:GAP:TALLY:*|held-target" in names  # two worlds: kept
-    assert "OMIN:instance.assets.*:D:TALLY:sell|held-target" in names
-    assert not any("only2" in n for n in names)  # not a plan's: two worlds are too few
-    assert not any("q2" in n.lower() for n in names)  # one world's name: left out

@@ -5,12 +5,9 @@ rows, saved as JSON beside the model (`features.json`), loaded with it.
 A feature is kept when it is seen often enough (`MIN_SHARE` of the train rows, at least twice), in
 enough of the train worlds to carry to an unseen one (half of them, up to `MIN_ENVS`: a name one
 world alone uses only lets a model memorize that world), and not with one value on every
-candidate. A plan's features (the `plan` kinds: `OMIN:assets.*:GAP:TALLY:*|held-target`) need
-two worlds at most: their names star the objects' keys and say only what the plan does to the
-state, so they are shared by every world of a kind, and a verifier's train split often holds two
-worlds of a source family, not three (at three, a family's plans went unread). Words of the
-context's texts (`W:`, and `X:W:` crossed with the candidates) have a budget of their own
-(`MAX_WORDS`), so a long prompt's vocabulary never crowds out what the state's structure says.
+candidate. Words of the context's texts (`W:`, and `X:W:` crossed with the candidates) have a
+budget of their own (`MAX_WORDS`), so a long prompt's vocabulary never crowds out what the
+state's structure says.
 
 `text_encoder`: `tokens` (the default) reads texts as words only; `smollm2` adds what the frozen
 sentence encoder reads in each long context text (`E:`, worker/features/embed.py and
@@ -41,8 +38,6 @@ from worker.models.encoding import raw_matrix, scaled_matrix
 
 MIN_SHARE = 0.005  # a feature must occur in this share of train rows (and at least twice)
 MIN_ENVS = 3  # ... and in half the train worlds (envs), up to this many
-PLAN_ENVS = 2  # ... up to this many for a plan's features
-PLAN_KINDS = (*kinds.prefixes(scope="plan"), kinds.name("PLEN"))
 MAX_FEATURES = 4096  # features other than a text's words
 MAX_WORDS = 2048  # words of the context's texts (`W:`), the most frequent
 # /4: plans read step by step (plans.py), aligned fields looked up by a context string
@@ -118,14 +113,11 @@ class FeatureSpace:
         # With rows from several worlds, a feature seen in one world only (a name that world
         # alone uses) cannot carry to an unseen one: a model would only memorize it.
         env_floor = min(MIN_ENVS, max(1, len(all_envs) // 2))
-        plan_floor = min(PLAN_ENVS, env_floor)
         kept = sorted(
             (
                 n
                 for n, c in counts.items()
-                if c >= floor
-                and len(envs[n]) >= (plan_floor if n.startswith(PLAN_KINDS) else env_floor)
-                and not _constant(sums[n], candidates)
+                if c >= floor and len(envs[n]) >= env_floor and not _constant(sums[n], candidates)
             ),
             key=lambda n: (-counts[n], n),
         )
