@@ -8,7 +8,9 @@ defaults (an allocation from 128 kB mapped on its own, raised as such blocks are
 heap's free top given back past twice that) those came and went each call: 700-1,000 page
 faults a call, zero-filled by the kernel, about a fifth of the call's CPU time. Up to
 `MAP_FROM` an allocation now comes from the heap, and the heap keeps up to `TRIM_FROM` free at
-its top: no page faults a call, at most `TRIM_FROM` more resident memory.
+its top (the bounds glibc's own thresholds rise to, held from the start): no page faults a call
+(a call of 64 rows of 120-odd candidates has arrays of 4 MB), at most `TRIM_FROM` more resident
+memory.
 
 Elsewhere than glibc (no `mallopt`) nothing is changed.
 """
@@ -19,8 +21,8 @@ import ctypes
 
 M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 M_MMAP_THRESHOLD = -3
-MAP_FROM = 4 << 20  # bytes from which an allocation is mapped on its own (a 64-row call's: 1.5 MB)
-TRIM_FROM = 16 << 20  # free bytes at the heap's top from which they are given back
+MAP_FROM = 32 << 20  # bytes from which an allocation is mapped on its own
+TRIM_FROM = 64 << 20  # free bytes at the heap's top from which they are given back
 
 
 def keep_heap() -> bool:
