@@ -6,7 +6,7 @@ A trm decision of 64 routerBench rows allocates and frees arrays of a few hundre
 (the raw and scaled matrices, the forward's activations, numpy's and torch's). With glibc's
 defaults (an allocation from 128 kB mapped on its own, raised as such blocks are freed, and the
 heap's free top given back past twice that) those came and went each call: 700-1,000 page
-faults a call, zero-filled by the kernel, about a fifth of the call's CPU time. Up to
+faults a call, zero-filled by the kernel, a tenth to a fifth of the call's CPU time. Up to
 `MAP_FROM` an allocation now comes from the heap, and the heap keeps up to `TRIM_FROM` free at
 its top (the bounds glibc's own thresholds rise to, held from the start): no page faults a call
 (a call of 64 rows of 120-odd candidates has arrays of 4 MB), at most `TRIM_FROM` more resident
