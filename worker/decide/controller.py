@@ -258,8 +258,11 @@ def load_controller(
     elif trainer == "qlora":
         meta = trainer_dir / RUN_META
         contract = json.loads(meta.read_text()).get("contract") if meta.is_file() else None
-        ref = {"type": "qlora", "path": str(trainer_dir / ADAPTER),
-               "contract": contract or "action_only"}  # fmt: skip
+        ref = {
+            "type": "qlora",
+            "path": str(trainer_dir / ADAPTER),
+            "contract": contract or "action_only",
+        }
     else:
         raise ValueError(f"trainer: {trainer!r} is not one of {', '.join(TRAINERS)}")
     return Controller(load_policy(ref), trainer, abstain_margin)

@@ -126,9 +126,10 @@ def find_trainer(path: Path) -> tuple[Path, str]:
     if (folder / "adapter").is_dir():
         return folder, "qlora"
     raise ExportError(
-        "path", f"{path}: no trained controller (a run folder whose trainer/ holds "
+        "path",
+        f"{path}: no trained controller (a run folder whose trainer/ holds "
         f"{TRM_MODEL} or {GBDT_MODEL}, or such a trainer/ folder)",
-    )  # fmt: skip
+    )
 
 
 def _texts_read_as_words(trainer_dir: Path) -> None:
@@ -156,9 +157,10 @@ def export_controller(
     trainer_dir, out_dir = Path(trainer_dir).resolve(), Path(out_dir).resolve()
     if trainer == "qlora":
         raise ExportError(
-            "trainer", "qlora export is not supported yet (an adapter decides only on its 4-bit "
+            "trainer",
+            "qlora export is not supported yet (an adapter decides only on its 4-bit "
             "base model, under torch); export a trm or gbdt controller",
-        )  # fmt: skip
+        )
     if trainer not in MODEL_FILES:
         raise ExportError("trainer", f"{trainer!r} is not one of {', '.join(MODEL_FILES)}")
     _texts_read_as_words(trainer_dir)
@@ -178,8 +180,9 @@ def export_controller(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     max_diff, disagreements = check_export(out_dir, controller, rows)
-    return ExportReport(out_dir, trainer, controller.model_hash, files, anchors, len(rows),
-                        max_diff, disagreements)  # fmt: skip
+    return ExportReport(
+        out_dir, trainer, controller.model_hash, files, anchors, len(rows), max_diff, disagreements
+    )
 
 
 def write_export(out: Path, trainer_dir: Path, trainer: str, model_hash: str) -> list[str]:
@@ -201,22 +204,27 @@ def write_export(out: Path, trainer_dir: Path, trainer: str, model_hash: str) ->
         else "lightgbm-text"
     )
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    write_json_atomic(out / standalone.MANIFEST, {
-        "format": standalone.FORMAT,
-        "trainer": trainer,
-        "model_hash": model_hash,
-        "model_format": model_format,
-        "features_format": space.get("format"),
-        "features": FEATURES,
-        "weights": MODEL_FILES[trainer][0],
-        "config": TRM_CONFIG if trainer == "trm" else None,
-        "package": standalone.PACKAGE,
-        "requires": REQUIRES[trainer],
-        "source": str(trainer_dir),
-        "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "files": [{"path": f, "sha256": sha256_file(out / f), "bytes": (out / f).stat().st_size}
-                  for f in files],
-    })  # fmt: skip
+    write_json_atomic(
+        out / standalone.MANIFEST,
+        {
+            "format": standalone.FORMAT,
+            "trainer": trainer,
+            "model_hash": model_hash,
+            "model_format": model_format,
+            "features_format": space.get("format"),
+            "features": FEATURES,
+            "weights": MODEL_FILES[trainer][0],
+            "config": TRM_CONFIG if trainer == "trm" else None,
+            "package": standalone.PACKAGE,
+            "requires": REQUIRES[trainer],
+            "source": str(trainer_dir),
+            "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "files": [
+                {"path": f, "sha256": sha256_file(out / f), "bytes": (out / f).stat().st_size}
+                for f in files
+            ],
+        },
+    )
     return [*files, standalone.MANIFEST]
 
 
@@ -296,13 +304,29 @@ def run_exported(out_dir: Path, rows: list[DecideRow]) -> list[Decision]:
     bytecode in the export."""
     with tempfile.TemporaryDirectory() as tmp:
         rows_file = Path(tmp) / "rows.jsonl"
-        rows_file.write_text("".join(json.dumps({"state": r.state, "tools": r.tools}) + "\n"
-                                     for r in rows))  # fmt: skip
+        rows_file.write_text(
+            "".join(json.dumps({"state": r.state, "tools": r.tools}) + "\n" for r in rows)
+        )
         env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(out_dir)}
-        command = [sys.executable, "-I", "-B", "-c", GUARD, str(out_dir / DECIDE), "--rows",
-                   str(rows_file)]  # fmt: skip
-        done = subprocess.run(command, cwd=tmp, env=env, capture_output=True, text=True,
-                              timeout=CHECK_TIMEOUT_S, check=False)  # fmt: skip
+        command = [
+            sys.executable,
+            "-I",
+            "-B",
+            "-c",
+            GUARD,
+            str(out_dir / DECIDE),
+            "--rows",
+            str(rows_file),
+        ]
+        done = subprocess.run(
+            command,
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=CHECK_TIMEOUT_S,
+            check=False,
+        )
     if done.returncode != 0:
         raise ExportError("out", f"the exported {DECIDE} failed: {done.stderr.strip()[-2000:]}")
     answers = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]

@@ -40,11 +40,20 @@ def _linear_keys(prefix: str) -> tuple[str, str]:
 
 # The state dict of worker/models/trm.py's TinyRecursiveModel, by name.
 WEIGHT_KEYS = (
-    *_linear_keys("embed.0"), *_linear_keys("embed.2"),
-    *(key for k in range(SET_LAYERS) for part in ("norm", "mlp.0", "mlp.2")
-      for key in _linear_keys(f"net.{k}.{part}")),
-    "y0", "z0", *_linear_keys("out_norm"), *_linear_keys("score"), *_linear_keys("halt"),
-)  # fmt: skip
+    *_linear_keys("embed.0"),
+    *_linear_keys("embed.2"),
+    *(
+        key
+        for k in range(SET_LAYERS)
+        for part in ("norm", "mlp.0", "mlp.2")
+        for key in _linear_keys(f"net.{k}.{part}")
+    ),
+    "y0",
+    "z0",
+    *_linear_keys("out_norm"),
+    *_linear_keys("score"),
+    *_linear_keys("halt"),
+)
 # The linear text part's, in a model that has one (`wide` > 0): its weights and its gate.
 WIDE_KEYS = ("wide", "wide_gate")
 
@@ -86,8 +95,10 @@ def gelu(x: np.ndarray) -> np.ndarray:
     f = np.float32
     a = np.abs(x)
     t = f(1.0) / (f(1.0) + f(0.3275911 / math.sqrt(2.0)) * a)
-    poly = t * (f(0.254829592) + t * (f(-0.284496736) + t * (f(1.421413741) + t * (
-        f(-1.453152027) + t * f(1.061405429)))))  # fmt: skip
+    poly = t * (
+        f(0.254829592)
+        + t * (f(-0.284496736) + t * (f(1.421413741) + t * (f(-1.453152027) + t * f(1.061405429))))
+    )
     out: np.ndarray = np.maximum(x, f(0.0)) - f(0.5) * a * poly * np.exp(f(-0.5) * x * x)
     return out
 
@@ -210,14 +221,16 @@ class NumpyTrm:
         if unknown or missing:
             # A trm with another layer (or without one) is another network: refuse it rather
             # than score it wrong.
-            raise ValueError(f"not the network this forward runs: unknown {unknown}, "
-                             f"missing {missing}")  # fmt: skip
+            raise ValueError(
+                f"not the network this forward runs: unknown {unknown}, missing {missing}"
+            )
         w = {k: np.asarray(v, dtype=np.float32) for k, v in weights.items()}
         self.w, self.n, self.cycles, self.steps = w, n, cycles, steps
         # The GELU: `gelu` here; the service passes torch's for large batches (controller.py).
         self.act: Activation = act or gelu
-        self.embed = [(np.ascontiguousarray(w[f"embed.{k}.weight"].T), w[f"embed.{k}.bias"])
-                      for k in (0, 2)]  # fmt: skip
+        self.embed = [
+            (np.ascontiguousarray(w[f"embed.{k}.weight"].T), w[f"embed.{k}.bias"]) for k in (0, 2)
+        ]
         self.layers = [SetLayer(w, k) for k in range(SET_LAYERS)]
         self.out_norm = (w["out_norm.weight"], w["out_norm.bias"])
         self.score = (w["score.weight"][0], w["score.bias"][0])
@@ -248,11 +261,16 @@ class NumpyTrm:
     def load(cls, weights: Path, config: Path) -> NumpyTrm:
         meta = json.loads(Path(config).read_text())
         if meta.get("format") != FORMAT:
-            raise ValueError(f"{config}: a trm of version {meta.get('format')}; this forward "
-                             f"runs {FORMAT}")  # fmt: skip
+            raise ValueError(
+                f"{config}: a trm of version {meta.get('format')}; this forward runs {FORMAT}"
+            )
         cfg = meta["config"]
-        return cls(read_safetensors(weights), int(cfg["n_recursions"]), int(cfg["cycles"]),
-                   int(cfg["supervision_steps"]))  # fmt: skip
+        return cls(
+            read_safetensors(weights),
+            int(cfg["n_recursions"]),
+            int(cfg["cycles"]),
+            int(cfg["supervision_steps"]),
+        )
 
     def f(self, h: np.ndarray, rows: Rows) -> np.ndarray:
         for layer in self.layers:

@@ -131,9 +131,12 @@ class Versions:
                 self.runs_dir / row.trainer_dir, row.trainer, row.abstain_margin
             )
             log.info(
-                "loaded %s@%d (%s) in %.2fs", row.name, row.version, row.trainer,
+                "loaded %s@%d (%s) in %.2fs",
+                row.name,
+                row.version,
+                row.trainer,
                 time.perf_counter() - started,
-            )  # fmt: skip
+            )
             with self._guard:
                 self._loaded[key] = controller
                 self._loading.pop(key, None)
@@ -279,7 +282,7 @@ class DecideService:
                 abstain=d.abstain,
                 shadow_version=shadowed.version if shadowed else None,
                 shadow_action=shadow[i] if shadow else None,
-            )  # fmt: skip
+            )
             for i, (r, d) in enumerate(zip(rows, decisions, strict=True))
         ]
         record(self.engine, records)
@@ -290,9 +293,10 @@ class DecideService:
             return self.versions.get(row)
         except Exception as exc:  # missing or outdated files: the loaders name them
             raise ApiError(
-                409, "not_loadable",
+                409,
+                "not_loadable",
                 f"{row.name} version {row.version} does not load from {row.trainer_dir}: {exc}",
-            ) from None  # fmt: skip
+            ) from None
 
     def warm(self) -> None:
         """Load the live version of every name whose live version moved since the last look
@@ -405,7 +409,7 @@ async def decide(request: Request) -> Response:
                 "decision_id": i,
             }
             for d, i in zip(decisions, ids, strict=True)
-        ],  # fmt: skip
+        ],
     }
     if controller.note:  # a qlora: it decides, and says it is slow
         out["note"] = controller.note

@@ -188,8 +188,12 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((row["state"], row["tools"]))
     for first in range(0, len(rows), BATCH_ROWS):
         for d in controller.decide_rows(rows[first : first + BATCH_ROWS]):
-            answer = {"action": d.action, "scores": d.scores, "margin": d.margin,
-                      "abstain": d.abstain}  # fmt: skip
+            answer = {
+                "action": d.action,
+                "scores": d.scores,
+                "margin": d.margin,
+                "abstain": d.abstain,
+            }
             print(json.dumps(answer))
     return 0
 
