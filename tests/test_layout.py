@@ -167,6 +167,19 @@ def test_no_module_is_over_500_lines() -> None:
     assert not long, f"modules over {MAX_LINES} lines: {long}"
 
 
+def test_no_code_is_packed_past_the_formatter() -> None:
+    """`ruff format` lays the code out: a module near the line cap is split by what it does,
+    not packed onto fewer lines behind the formatter's skip or off markers."""
+    files = [*modules().values(), *(ROOT / "bench").glob("*.py"), *(ROOT / "tests").rglob("*.py")]
+    markers = ("# fmt: " + "skip", "# fmt: " + "off")
+    packed = sorted(
+        str(path.relative_to(ROOT))
+        for path in files
+        if any(marker in path.read_text() for marker in markers)
+    )
+    assert not packed, f"formatter markers in: {packed}"
+
+
 @pytest.mark.parametrize(
     ("entry", "refused"),
     [
