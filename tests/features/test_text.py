@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from tests.train.tiny import tiny_trm
 from worker.evaluate.policies import load_policy
 from worker.models.feature_space import row_features
 from worker.models.policy import argmax
@@ -15,16 +16,7 @@ from worker.train import gbdt, trm
 from worker.train.callbacks import TrainerCallbacks
 
 # 5 epochs: the trm learned both tests' decisions (val and held out 1.0) in the first.
-TINY = {
-    "hidden": 32,
-    "n_recursions": 1,
-    "cycles": 1,
-    "supervision_steps": 1,
-    "batch_size": 16,
-    "lr": 1e-2,
-    "epochs": 5,
-    "patience": 5,
-}
+TINY = tiny_trm(epochs=5)
 FILLER = [
     "please",
     "could",

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from tests.train.tiny import tiny_trm
 from worker.decide.controller import DecideRow, load_controller
 from worker.decide.export import export_controller, run_exported
 from worker.decide.numpy_trm import NumpyTrm, pad
@@ -21,16 +22,7 @@ from worker.models.trm import load_trm
 from worker.train import trm
 from worker.train.callbacks import TrainerCallbacks
 
-TINY = {
-    "hidden": 32,
-    "n_recursions": 1,
-    "cycles": 1,
-    "supervision_steps": 1,
-    "batch_size": 16,
-    "lr": 1e-2,
-    "epochs": 20,
-    "patience": 20,
-}
+TINY = tiny_trm(epochs=20)
 FILLER = [
     "please",
     "could",

@@ -9,21 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.train.tiny import tiny_trm
 from worker.context import StageFailure
 from worker.models.feature_space import FeatureSpace, row_features
 from worker.train.callbacks import TrainerCallbacks
 from worker.train.trm import train
 
-TINY = {
-    "hidden": 32,
-    "n_recursions": 1,
-    "cycles": 1,
-    "supervision_steps": 1,
-    "batch_size": 16,
-    "lr": 1e-2,
-    "epochs": 40,
-    "patience": 40,
-}
+TINY = tiny_trm(epochs=40)
 VERDICTS = ["verdict:accept", "verdict:reject"]
 
 

@@ -7,20 +7,12 @@ import json
 import random
 from pathlib import Path
 
+from tests.train.tiny import tiny_trm
 from worker.models.feature_space import row_features
 from worker.train.callbacks import TrainerCallbacks
 from worker.train.trm import train
 
-TINY = {
-    "hidden": 32,
-    "n_recursions": 1,
-    "cycles": 1,
-    "supervision_steps": 1,
-    "batch_size": 16,
-    "lr": 1e-2,
-    "epochs": 40,
-    "patience": 40,
-}
+TINY = tiny_trm(epochs=40)
 VERDICTS = ["verdict:accept", "verdict:reject"]
 PLAN = ("PMIN:", "PMAX:", "PALL:", "PSUM:", "PD:", "PLEN")
 
