@@ -59,6 +59,7 @@ QUICK_STATE = [
 
 def build_corpus(root: Path, quick: bool) -> Path:
     """`route` play logs, worlds 0-4 trained on, world 5 the anchors."""
+    from core.play_files import TRACE_FILE, reasoning_trace_source
     from core.schemas.corpus import CorpusSpec
     from worker.corpus import build_corpus as build
     from worker.envs import generate
@@ -73,24 +74,9 @@ def build_corpus(root: Path, quick: bool) -> Path:
         formats=["trm_play_root", "reasoning_trace"],
     )
     if quick:
-        source: dict[str, Any] = {
-            "type": "jsonl",
-            "mode": "reasoning_trace",
-            "name": "route",
-            "path": str(root / "play" / "reasoning_traces.jsonl"),
-            "state_fields": QUICK_STATE,
-            "tools_field": "options.ids",
-            "tags_field": "options.tags",
-            "action_field": "decision.action",
-            "meta_fields": [
-                "meta.world_id",
-                "meta.family",
-                "meta.run",
-                "meta.episode",
-                "meta.turn",
-                "meta.kind",
-            ],
-        }
+        source: dict[str, Any] = reasoning_trace_source(
+            "route", str(root / "play" / TRACE_FILE), QUICK_STATE, tags=True
+        )
     else:
         source = {"type": "trm_play_root", "name": "route", "path": str(root / "play")}
     knobs = {"namespace_normalization": "auto"}

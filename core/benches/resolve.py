@@ -30,6 +30,7 @@ from typing import Any
 
 from core.benches.menu import external_data, load_entry
 from core.paths import confined, data_dir_hint, is_run_id, outside_message, under
+from core.play_files import TRACE_FILE, reasoning_trace_source
 from core.rundir import (
     ADAPTER,
     ADAPTER_CONFIG,
@@ -51,7 +52,6 @@ PUZZLE_MODEL = (
     "tools) decisions, so it cannot be benched or promoted as a controller; its scorecard.json "
     "holds its scores on the held-out puzzles, against the one-step model"
 )
-TRACE_FILE = "reasoning_traces.jsonl"  # worker/envs/writers.py
 TRAIN_HERE = "train"  # the router side trained inside the bench run
 # The knobs that change how a row reads: a trained side's anchors are shaped with its own.
 SHAPE_KNOBS = ("state_compression", "state_keys", "namespace_normalization", "namespace_map")
@@ -234,23 +234,7 @@ def data_source(entry: dict[str, Any], data_dir: Path, results_jsonl: str | None
         return {"type": "jsonl", "mode": "normalized", "name": name, "path": str(path)}
     root = Path(data_dir) / "benches" / name
     if (entry.get("corpus") or {}).get("source") == "reasoning_trace":
-        return {
-            "type": "jsonl",
-            "mode": "reasoning_trace",
-            "name": name,
-            "path": str(root / TRACE_FILE),
-            "state_fields": ["task.family", "task.goal", "observation"],
-            "tools_field": "options.ids",
-            "action_field": "decision.action",
-            "meta_fields": [
-                "meta.world_id",
-                "meta.family",
-                "meta.run",
-                "meta.episode",
-                "meta.turn",
-                "meta.kind",
-            ],
-        }
+        return reasoning_trace_source(name, str(root / TRACE_FILE))
     return {"type": "trm_play_root", "name": name, "path": str(root)}
 
 

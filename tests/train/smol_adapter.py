@@ -27,6 +27,7 @@ import pytest
 import torch
 from filelock import FileLock
 
+from core.play_files import TRACE_FILE, reasoning_trace_source
 from core.schemas.corpus import CorpusSpec
 from tests.train.qlora_fixtures import model_cache  # noqa: F401
 from worker.corpus import build_corpus
@@ -91,24 +92,9 @@ def route_corpus(root: Path) -> Path:
     generate(
         root / "play", families=["route"], worlds=4, episodes=8, seed=0, formats=["reasoning_trace"]
     )
-    source = {
-        "type": "jsonl",
-        "mode": "reasoning_trace",
-        "name": "route",
-        "path": str(root / "play" / "reasoning_traces.jsonl"),
-        "state_fields": STATE_FIELDS,
-        "tools_field": "options.ids",
-        "tags_field": "options.tags",
-        "action_field": "decision.action",
-        "meta_fields": [
-            "meta.world_id",
-            "meta.family",
-            "meta.run",
-            "meta.episode",
-            "meta.turn",
-            "meta.kind",
-        ],
-    }
+    source = reasoning_trace_source(
+        "route", str(root / "play" / TRACE_FILE), STATE_FIELDS, tags=True
+    )
     # Every world names the routes its own way; the shared tags make the unseen world readable.
     knobs = {"namespace_normalization": "auto"}
     spec = {

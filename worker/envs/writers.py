@@ -55,6 +55,7 @@ import math
 from pathlib import Path
 from typing import IO, Any
 
+from core.play_files import TRACE_FILE, reasoning_trace_source
 from worker.envs.base import World
 from worker.envs.families import SUMMARIES
 from worker.envs.play import Turn
@@ -62,26 +63,9 @@ from worker.envs.route import RouteWorld
 
 FORMATS = ("trm_play_root", "router_jsonl", "reasoning_trace")
 ROUTER_FILE = "router.jsonl"
-TRACE_FILE = "reasoning_traces.jsonl"
 PLAY_FILE = "trm_traces.jsonl"
 EPISODES_PER_RUN = 10
-REASONING_TRACE_SOURCE = {
-    "type": "jsonl",
-    "mode": "reasoning_trace",
-    "name": "traces",
-    "path": TRACE_FILE,
-    "state_fields": ["task.family", "task.goal", "observation"],
-    "tools_field": "options.ids",
-    "action_field": "decision.action",
-    "meta_fields": [
-        "meta.world_id",
-        "meta.family",
-        "meta.run",
-        "meta.episode",
-        "meta.turn",
-        "meta.kind",
-    ],
-}
+REASONING_TRACE_SOURCE = reasoning_trace_source("traces", TRACE_FILE)
 
 
 def dumps(obj: Any) -> str:
