@@ -45,20 +45,16 @@ from worker.corpus import build_corpus  # noqa: E402
 from worker.envs import generate  # noqa: E402
 from worker.evaluate import scorecard as sc  # noqa: E402
 from worker.evaluate.anchors import anchor_rows, evaluate_policy  # noqa: E402
-from worker.evaluate.policies import ConstantPolicy, load_policy  # noqa: E402
+from worker.evaluate.policies import ConstantPolicy  # noqa: E402
 from worker.evaluate.samples import SampleCache, read_jsonl  # noqa: E402
+from worker.external.common import train_policy  # noqa: E402
 from worker.models.policy import Policy  # noqa: E402
-from worker.train.callbacks import TrainerCallbacks  # noqa: E402
 
 FAMILIES = ("route", "grid", "rebalance", "schedule", "verify")
-ONE_STEP = {"n_recursions": 1, "cycles": 1, "supervision_steps": 1}
 METHODS = ("majority", "tfidf-lr", "gbdt", "trm-1step", "trm")
 # `--variant NAME=JSON`: a trm trained with that config beside the default, as method `trm:NAME`.
 VARIANTS: dict[str, dict[str, Any]] = {}
-# The demo's sizing (`trm demo --qlora`), so the two report the same adapter.
-QLORA = json.loads(
-    (Path(__file__).resolve().parents[1] / "specs" / "train-routerbench-qlora.json").read_text()
-)["qlora"]
+QLORA_CACHE = Path(tempfile.gettempdir()) / "trm-quality-models"  # the adapter's base model
 
 
 def corpus_for(
@@ -92,40 +88,10 @@ def train_method(method: str, corpus: Path, out: Path, seed: int) -> tuple[Polic
 
         fitted = TokenLinearPolicy(seed).fit(read_jsonl(corpus / "train.jsonl"))
         return fitted, time.perf_counter() - started
-    if method == "gbdt":
-        from worker.train import gbdt
-
-        gbdt.train({}, corpus, out, TrainerCallbacks(), seed=seed)
-        ref = {"type": "gbdt", "path": str(out)}
-    elif method.startswith("trm"):
-        from worker.train import trm
-
-        config = ONE_STEP if method == "trm-1step" else VARIANTS.get(method, {})
-        trm.train(config, corpus, out, TrainerCallbacks(), seed=seed)
-        ref = {"type": "trm", "path": str(out)}
-    else:
-        from worker.models.base_model import BUILTIN
-        from worker.train import qlora
-
-        cache = Path(tempfile.gettempdir()) / "trm-quality-models"
-        qlora.train(
-            {**QLORA, "base_model": BUILTIN},
-            corpus,
-            out,
-            TrainerCallbacks(),
-            seed=seed,
-            contract="action_only",
-            probe=False,
-            model_cache=cache,
-        )
-        ref = {
-            "type": "qlora",
-            "path": str(out / "adapter"),
-            "contract": "action_only",
-            "model_cache": str(cache),
-        }
-    seconds = time.perf_counter() - started
-    return load_policy(ref), seconds
+    if method in VARIANTS:  # `trm:NAME`, a trm of that config
+        return train_policy("trm", corpus, out, seed, config=VARIANTS[method])
+    # gbdt, trm, trm-1step, qlora (the demo's adapter, its base model cached across rows)
+    return train_policy(method, corpus, out, seed, model_cache=QLORA_CACHE)
 
 
 def measure(
