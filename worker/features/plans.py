@@ -43,6 +43,7 @@ FLAGS = tuple(start(k.prefix) for k in KINDS if k.step and k.value == "flag")  #
 ALIGNED = start("A")
 
 Encoder = Callable[[Any, list[str]], list[Features]]
+ANY_VERB = name("TALLY", "*")  # the steps naming an object with any verb (`GAP:`)
 
 
 def plan_features(state: Any, candidate_features: Encoder) -> Features:
@@ -108,7 +109,7 @@ def _tallies(scope: dict[str, Any], step_names: list[set[str]], names: set[str])
             pairs = _differences(listed[:MAX_ITEM_NUMBERS])
             numbers = {**dict(listed), **pairs}
             for field, apart in pairs.items():
-                gap = name("GAP", name("TALLY", "*"), field)
+                gap = name("GAP", ANY_VERB, field)
                 values.setdefault(gap, []).append(len(mine) - abs(apart))
             for t, count in tally.items():
                 counted = name("TALLY", t)
