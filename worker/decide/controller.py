@@ -115,7 +115,7 @@ class Controller:
             final = self.numpy.net.infer(*pad_stacked(scaled, counts), wide)
         else:
             final = self._torch(scaled, counts, wide)
-        return [final[i, :n].tolist() for i, n in enumerate(counts)]
+        return [row[:n] for row, n in zip(final.tolist(), counts, strict=True)]
 
     def _wide(self, rows: Sequence[DecideRow], widest: int) -> np.ndarray | None:
         """The linear text part's logits (rows, widest) of a trm that has one, else None."""

@@ -8,7 +8,6 @@ import json
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from worker.features import context as cx
 from worker.features import text as tx
 from worker.features.kinds import name
 
@@ -61,12 +60,6 @@ class ShapeColumns:
             self.pairs.clear()
         found = self.pairs[key] = self.index.get(name("LD", a, b))
         return found
-
-
-def flat_list_shapes(parsed: dict[str, Any], leaves: tuple[tuple[str, str], ...]) -> list[Any]:
-    """The lists of a flat state's nested object outside the roots, as `context.list_shapes`
-    meets them: from its parsed JSON and the walk's leaves outside the roots."""
-    return [(p, v) for k, p in leaves if isinstance(v := parsed[k], list)][: cx.MAX_LISTS]
 
 
 class TextColumns:

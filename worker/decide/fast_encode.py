@@ -12,8 +12,8 @@ Compiled once per loaded version from its fitted feature space:
   when no kept name reads them.
 - **Per-row work once.** The context's strings, sets and numbers are split once a row (the
   general encoder splits them again per candidate), in one pass that also gathers its lists of
-  numbers (`state_walk.sort_context`); the shared context features are placed once and copied
-  to every candidate's row.
+  numbers (`state_walk.sort_context`; a flat state's as its JSON is read, `flat_sorted`); the
+  shared context features are placed once and copied to every candidate's row.
 - **Cached per candidate list.** A tools list's names and word pieces are worked out once.
 - **Cached per layout.** A flat state (a `minimal` compression's dotted keys) has its names,
   aligned parts and their roots decided by its JSON keys and the candidates alone: they are
@@ -56,7 +56,7 @@ from worker.decide.fast_aligned import (
     values_key,
 )
 from worker.decide.fast_batch import Assembly
-from worker.decide.fast_context import ShapeColumns, TextColumns, flat_list_shapes
+from worker.decide.fast_context import ShapeColumns, TextColumns
 from worker.decide.fast_kinds import CROSSED, MATCHES, SINGLE, SPLIT, unsupported
 from worker.decide.fast_matches import MatchColumns, place_matches
 from worker.decide.state_walk import (
@@ -69,6 +69,7 @@ from worker.decide.state_walk import (
     dict_parts,
     flat_context,
     flat_signature,
+    flat_sorted,
     parse_json,
     sort_context,
 )
@@ -289,13 +290,11 @@ class FastEncoder:
                 layout.aligned[content] = found
             part = found
         roots = part.roots
-        walked = layout.walk.context(roots) if layout is not None else ()
-        context = (
-            flat_context(parsed, walked, roots)
-            if layout is not None
-            else context_leaves(state, roots)
-        )
-        leaves = sort_context(context)
+        if layout is not None:  # the flat walk's leaves sorted as they are read
+            walked = layout.walk.context(roots)
+            leaves = flat_sorted(parsed, walked, roots)
+        else:
+            leaves = sort_context(context_leaves(state, roots))
         ctx_lists, ctx_strings, ctx_sets = leaves.lists, leaves.strings, leaves.sets
         grids, by_value = leaves.grids, leaves.by_value
         ctx_numbers = leaves.numbers[: al.MAX_CONTEXT]
@@ -326,6 +325,11 @@ class FastEncoder:
         if grids:
             shared.update(window_features(grids, lists))
             shared.update(walk_features(grids, lists, ctx_lists, ctx_strings))
+            context = (
+                flat_context(parsed, walked, roots)
+                if layout is not None
+                else context_leaves(state, roots)
+            )
             strs = [(p, v) for p, v in context if isinstance(v, str | frozenset)]
             moves = move_features(grids, lists, strs, tools)
         shared.update(cx.list_differences(lists))
@@ -356,6 +360,7 @@ class FastEncoder:
         first = at[1]
         flat = into.own_flat
         values = into.own_values
+        cross_items = list(crossable.items())
         for i in range(n):
             # aligned.aligned_features: what the parts alone give, then what the row adds
             f: dict[int, float] = {}
@@ -404,10 +409,11 @@ class FastEncoder:
             row_at = (first + i) * width
             if n <= cx.MAX_CROSSED_CANDIDATES and crossable:
                 crossed = self.crossed.get(info.lows[i])
-                if crossed:  # `X:` columns: no other kind writes them
-                    keys = crossed.keys() & crossable.keys()
-                    flat += map(row_at.__add__, map(crossed.__getitem__, keys))
-                    values += map(crossable.__getitem__, keys)
+                if crossed:  # `X:` columns: no other kind writes them; a row's few words
+                    for word, count in cross_items:
+                        if (column := crossed.get(word)) is not None:
+                            flat.append(row_at + column)
+                            values.append(count)
             flat += map(row_at.__add__, f)
             values += f.values()
         # The context's numbers (`C:`), shared features and list shapes (`context.list_shapes`),
@@ -418,7 +424,7 @@ class FastEncoder:
         common = dict(c_place)
         common.update(shared_cols)
         if layout is not None:
-            common.update(self.shape_columns(flat_list_shapes(parsed, walked)))
+            common.update(self.shape_columns(leaves.shapes))
         else:
             common.update(self._columns(cx.list_shapes(state, roots)))
         if common:
@@ -435,12 +441,8 @@ class FastEncoder:
 
     # ---- helpers --------------------------------------------------------------------------------
     def _columns(self, features: dict[str, float]) -> dict[int, float]:
-        get = self.index.get
         out: dict[int, float] = {}
-        for feature, value in features.items():
-            j = get(feature)
-            if j is not None:
-                out[j] = value
+        self.put(features, out)
         return out
 
     def put(self, features: dict[str, float], f: dict[int, float]) -> None:

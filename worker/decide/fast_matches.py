@@ -50,6 +50,7 @@ class MatchColumns:
         self.index = index
         self.found: dict[str, Kept | None] = {}
         self.pairs: dict[tuple[str, str], Three | None] = {}
+        self.names: dict[str, Kept | None] = {}  # `TN:`'s, by context text path
 
     def of(self, apath: str, cpath: str) -> Three | None:
         """The columns kept of an aligned text path's `TO:`, `TC:`, `TCOS:` against a context
@@ -67,6 +68,17 @@ class MatchColumns:
         if len(self.pairs) >= MATCHED:
             self.pairs.clear()
         out = self.pairs[key] = None if kept == (None, None, None) else kept
+        return out
+
+    def names_of(self, cpath: str) -> Kept | None:
+        """The columns kept of the candidates' names against a context text (`TN:`)."""
+        try:
+            return self.names[cpath]
+        except KeyError:
+            pass
+        if len(self.names) >= MATCHED:
+            self.names.clear()
+        out = self.names[cpath] = self(name("TN", cpath))
         return out
 
     def __call__(self, feature: str) -> Kept | None:
@@ -128,7 +140,7 @@ def place_matches(
                         _add(into, found, at, got)
     own_names, name_weight, totals = names
     for cpath, reading in texts:
-        found = columns(name("TN", cpath))
+        found = columns.names_of(cpath)
         if found is None:
             continue
         context = reading.bag

@@ -10,6 +10,8 @@ import json
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import compress
+from operator import not_
 from typing import Any
 
 import orjson
@@ -88,7 +90,7 @@ class FlatWalk:
 
     leaves: tuple[tuple[str, str], ...]
     tags: tuple[tuple[str, ...], ...]
-    outside: dict[frozenset[str], tuple[tuple[str, str], ...]] = field(
+    outside: dict[frozenset[str], tuple[tuple[str, str, Any], ...]] = field(
         default_factory=dict, compare=False
     )
 
@@ -114,12 +116,15 @@ class FlatWalk:
         walk(nested, "", ())
         return cls(tuple(leaves), tuple(tags))
 
-    def context(self, roots: set[str]) -> tuple[tuple[str, str], ...]:
-        """The leaves outside `roots` (their paths not `context.inside` them)."""
+    def context(self, roots: set[str]) -> tuple[tuple[str, str, Any], ...]:
+        """The leaves outside `roots` (their paths not `context.inside` them), each with its
+        place in a list of numbers (`list_place`)."""
         key = frozenset(roots)
         found = self.outside.get(key)
         if found is None:
-            found = tuple((k, p) for k, p in self.leaves if not (roots and cx.inside(p, roots)))
+            found = tuple(
+                (k, p, list_place(p)) for k, p in self.leaves if not (roots and cx.inside(p, roots))
+            )
             if len(self.outside) >= 64:
                 self.outside.clear()
             self.outside[key] = found
@@ -128,18 +133,24 @@ class FlatWalk:
     def may_plan(self, parsed: dict[str, Any]) -> bool:
         """False where `plans._find_plan` finds nothing in this state: no dict of its tags
         candidates holds strings alone."""
-        return any(all(isinstance(parsed[k], str) for k in keys) for keys in self.tags)
+        for keys in self.tags:  # loops, not generators: most states end at a tag's first key
+            for k in keys:
+                if not isinstance(parsed[k], str):
+                    break
+            else:
+                return True
+        return False
 
 
 def flat_context(
-    parsed: dict[str, Any], leaves: tuple[tuple[str, str], ...], roots: set[str]
+    parsed: dict[str, Any], leaves: tuple[tuple[str, str, Any], ...], roots: set[str]
 ) -> list[tuple[str, Any]]:
     """`context_leaves` of a flat state's nested object, from its parsed JSON and the walk's
     leaves outside `roots` (`FlatWalk.context`): each leaf's value read as the walk reads it
     (`leaves_into`; a number or a string read here directly, as it reads them)."""
     out: list[tuple[str, Any]] = []
     append = out.append
-    for key, path in leaves:
+    for key, path, _ in leaves:
         value = parsed[key]
         kind = type(value)
         if kind is float or kind is int:
@@ -165,11 +176,13 @@ def flat_signature(parsed: Any) -> tuple[str, ...] | None:
     keys and the candidates. None for any other state."""
     if not isinstance(parsed, dict):
         return None
-    for value in parsed.values():
+    values = parsed.values()
+    # The values of another type than _FLAT's, picked out by C-level maps (no Python per value).
+    for value in compress(values, map(not_, map(_FLAT.__contains__, map(type, values)))):
         kind = type(value)
-        if kind in _FLAT:
-            continue
         if kind is list or isinstance(value, list):
+            if all(map(_ITEMS.__contains__, map(type, value))):
+                continue
             for x in value:
                 if type(x) not in _ITEMS and not isinstance(x, str | int | float):
                     return None
@@ -270,8 +283,8 @@ is_text = lru_cache(maxsize=1 << 16)(tx.is_text)
 @dataclass(slots=True)
 class Sorted:
     """A row's context leaves by kind, in their order (the last number, string of a path is
-    the one its name keeps), the first path of each string (`by_value`), and the context's
-    lists of numbers (`context.number_lists`)."""
+    the one its name keeps), the first path of each string (`by_value`), the context's lists
+    of numbers (`context.number_lists`), and a flat state's lists (`flat_sorted`)."""
 
     numbers: list[tuple[str, float]] = field(default_factory=list)
     strings: list[tuple[str, str]] = field(default_factory=list)
@@ -281,11 +294,23 @@ class Sorted:
     texts: list[tuple[str, Text]] = field(default_factory=list)
     by_value: dict[str, str] = field(default_factory=dict)
     number_lists: list[tuple[str, list[float]]] = field(default_factory=list)
+    shapes: list[tuple[str, list[Any]]] = field(default_factory=list)
 
 
 # A number's path as `context.number_lists` splits it: (its list's path, its index), or None
 # where it is no list's item.
 PLACES: dict[str, tuple[str, int] | None] = {}
+UNSPLIT = ("", -1)  # `list_place` of a path whose index `int` may not read: split when met
+
+
+def list_place(cpath: str) -> tuple[str, int] | None:
+    """`PLACES`' entry of a path, worked out ahead (`FlatWalk.context`); `UNSPLIT` where its
+    last part is digits `int` may refuse (not ASCII: split when a number is met there, as
+    `sort_context` splits it)."""
+    parent, dot, index = cpath.rpartition(".")
+    if not (dot and index.isdigit()):
+        return None
+    return (parent, int(index)) if index.isascii() else UNSPLIT
 
 
 def sort_context(context: list[tuple[str, Any]]) -> Sorted:
@@ -293,8 +318,72 @@ def sort_context(context: list[tuple[str, Any]]) -> Sorted:
     way (`context.number_lists`: a number at `<list>.<i>` is the list's item when it comes
     next, the lists in the order they are first met)."""
     out = Sorted()
-    numbers, strings, by_value = out.numbers, out.strings, out.by_value
     lists: dict[str, list[float]] = {}
+    _sort_into(out, lists, context)
+    if lists:
+        out.number_lists = list(lists.items())[: cx.MAX_LISTS]
+    return out
+
+
+def flat_sorted(
+    parsed: dict[str, Any], leaves: tuple[tuple[str, str, Any], ...], roots: set[str]
+) -> Sorted:
+    """`sort_context(flat_context(parsed, leaves, roots))` without the list between them: a
+    number or a string leaf sorted as it is read, each number's list place worked out ahead
+    (`FlatWalk.context`); with the lists among the leaves, as `context.list_shapes` meets them
+    (`shapes`)."""
+    out = Sorted()
+    numbers, strings, texts, by_value = out.numbers, out.strings, out.texts, out.by_value
+    shapes = out.shapes
+    lists: dict[str, list[float]] = {}
+    short = tx.SHORT
+    for key, path, place in leaves:
+        value = parsed[key]
+        kind = type(value)
+        if kind is float or kind is int or kind is bool:
+            if kind is bool or math.isfinite(value):  # `values.number_of`
+                number = float(value)
+                numbers.append((path, number))
+                if place is UNSPLIT:
+                    place = _place(path)
+                if place is not None:
+                    items = lists.setdefault(place[0], [])
+                    if place[1] == len(items):
+                        items.append(number)
+        elif kind is str:
+            if len(value) <= short:
+                low = value.lower()
+                strings.append((path, low))
+                by_value.setdefault(low, path)
+            if is_text(value):
+                texts.append((path, Text(value)))
+        elif value is not None:
+            if isinstance(value, list):
+                shapes.append((path, value))
+            found: list[tuple[str, Any]] = []
+            leaves_into(value, path, found, roots)
+            _sort_into(out, lists, found)
+    if lists:
+        out.number_lists = list(lists.items())[: cx.MAX_LISTS]
+    del shapes[cx.MAX_LISTS :]
+    return out
+
+
+def _place(cpath: str) -> tuple[str, int] | None:
+    try:
+        return PLACES[cpath]
+    except KeyError:
+        pass
+    parent, dot, index = cpath.rpartition(".")
+    place = (parent, int(index)) if dot and index.isdigit() else None
+    if len(PLACES) >= 1 << 14:
+        PLACES.clear()
+    PLACES[cpath] = place
+    return place
+
+
+def _sort_into(out: Sorted, lists: dict[str, list[float]], context: list[tuple[str, Any]]) -> None:
+    numbers, strings, by_value = out.numbers, out.strings, out.by_value
     places = PLACES
     for cpath, value in context:
         if isinstance(value, float):
@@ -302,11 +391,7 @@ def sort_context(context: list[tuple[str, Any]]) -> Sorted:
             try:
                 place = places[cpath]
             except KeyError:
-                parent, dot, index = cpath.rpartition(".")
-                place = (parent, int(index)) if dot and index.isdigit() else None
-                if len(places) >= 1 << 14:
-                    places.clear()
-                places[cpath] = place
+                place = _place(cpath)
             if place is not None:
                 items = lists.setdefault(place[0], [])
                 if place[1] == len(items):
@@ -322,9 +407,6 @@ def sort_context(context: list[tuple[str, Any]]) -> Sorted:
             out.grids.append((cpath, value))
         elif isinstance(value, Text):
             out.texts.append((cpath, value))
-    if lists:
-        out.number_lists = list(lists.items())[: cx.MAX_LISTS]
-    return out
 
 
 TEXT_PATHS: dict[str, str] = {}  # `text.text_path` of the paths seen
