@@ -80,6 +80,12 @@ class TextColumns:
         self.words = words
         self.crossing = crossing
         self.stats = stats
+        # Per text path and word, its kept column and its crossable name (None where not): a
+        # text's words looked up once for both.
+        self.either: dict[str, dict[str, tuple[int | None, str | None]]] = {}
+        for tpath in {*words, *crossing}:
+            mine, crossed = words.get(tpath, {}), crossing.get(tpath, {})
+            self.either[tpath] = {w: (mine.get(w), crossed.get(w)) for w in {*mine, *crossed}}
 
     def __call__(
         self, readings: dict[str, tx.Reading]
@@ -87,11 +93,16 @@ class TextColumns:
         shared: dict[int, float] = {}
         crossable: dict[str, float] = {}
         for tpath, reading in readings.items():
-            counts = reading.counts
-            if words := self.words.get(tpath):
-                _pick(shared, words, counts)
-            if crossing := self.crossing.get(tpath):
-                _pick(crossable, crossing, counts)
+            if either := self.either.get(tpath):
+                get = either.get
+                for word, count in reading.counts.items():
+                    found = get(word)
+                    if found is not None:
+                        column, crossed = found
+                        if column is not None:
+                            shared[column] = float(count)
+                        if crossed is not None:
+                            crossable[crossed] = float(count)
             if stats := self.stats.get(tpath):  # `TS:` names are never crossed
                 _pick(shared, stats, reading.stats)
         return shared, crossable

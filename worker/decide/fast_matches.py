@@ -107,33 +107,34 @@ def place_matches(
     texts = list(readings.items())[: tx.MAX_CONTEXT_TEXTS]
     if not texts:
         return
+    fsum = math.fsum
     for bags in matchers:
-        weight, square, apath = bags.weight, bags.square, bags.path
+        weight, square, apath = bags.weight.__getitem__, bags.square.__getitem__, bags.path
         for cpath, reading in texts:
             kept = columns.of(apath, cpath)
             if kept is None:
                 continue
-            context = reading.bag
-            anyone = bags.union & context
-            reachable = math.fsum(map(weight.__getitem__, anyone))
-            reach_norm = math.sqrt(math.fsum(map(square.__getitem__, anyone)))
+            # The words any candidate shares with the text: a candidate's shared words are its
+            # bag's among them (its bag is within the union).
+            anyone = bags.union & reading.bag
+            reachable = fsum(map(weight, anyone))
+            reach_norm = math.sqrt(fsum(map(square, anyone)))
             at: list[int] = []
             to: list[float] = []
             tc: list[float] = []
             tcos: list[float] = []
-            for i, (bag, own, own_norm) in enumerate(
-                zip(bags.column, bags.own, bags.own_norm, strict=True)
-            ):
-                if not bag:
-                    continue
-                shared = bag & context
-                hit = math.fsum(map(weight.__getitem__, shared))
-                norm = own_norm * reach_norm
-                squares = math.fsum(map(square.__getitem__, shared))
-                at.append(first + i)
-                to.append(hit / own if own > 0 else 0.0)
-                tc.append(hit / reachable if reachable > 0 else 0.0)
-                tcos.append(squares / norm if norm else 0.0)
+            i = first
+            for bag, own, own_norm in zip(bags.column, bags.own, bags.own_norm, strict=True):
+                if bag:
+                    shared = bag & anyone
+                    hit = fsum(map(weight, shared))
+                    norm = own_norm * reach_norm
+                    squares = fsum(map(square, shared))
+                    at.append(i)
+                    to.append(hit / own if own > 0 else 0.0)
+                    tc.append(hit / reachable if reachable > 0 else 0.0)
+                    tcos.append(squares / norm if norm else 0.0)
+                i += 1
             if at:
                 for found, got in zip(kept, (to, tc, tcos), strict=True):
                     if found is not None:

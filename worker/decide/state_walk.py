@@ -10,8 +10,6 @@ import json
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import compress
-from operator import not_
 from typing import Any
 
 import orjson
@@ -176,13 +174,11 @@ def flat_signature(parsed: Any) -> tuple[str, ...] | None:
     keys and the candidates. None for any other state."""
     if not isinstance(parsed, dict):
         return None
-    values = parsed.values()
-    # The values of another type than _FLAT's, picked out by C-level maps (no Python per value).
-    for value in compress(values, map(not_, map(_FLAT.__contains__, map(type, values)))):
+    for value in parsed.values():
         kind = type(value)
+        if kind in _FLAT:
+            continue
         if kind is list or isinstance(value, list):
-            if all(map(_ITEMS.__contains__, map(type, value))):
-                continue
             for x in value:
                 if type(x) not in _ITEMS and not isinstance(x, str | int | float):
                     return None
