@@ -54,6 +54,8 @@ TRM_BEST = "best.safetensors"  # in a trm checkpoint: the best val epoch's weigh
 GBDT_MODEL = "model.txt"  # LightGBM's own text format (never a pickle)
 ADAPTER = "adapter"
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
+# Beside the adapter: how long its training rows were cut (scoring cuts a prompt the same way).
+ADAPTER_TRAINED = "trained_with.json"
 RUN_META = "run_meta.json"
 CHECKPOINTS = "checkpoints"  # checkpoints/step-NNNNNN/
 CHECKPOINT_STATE = "trainer_state.json"  # optimizer, scheduler, RNG: all but the tensors

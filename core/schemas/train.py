@@ -252,8 +252,9 @@ class QloraTrainerConfig(StrictModel):
         default=512,
         ge=16,
         le=32768,
-        description="Tokens per training sequence; a row longer than this with its whole answer "
-        "is refused (a route row renders to about 410 tokens).",
+        description="Tokens per training sequence; a longer row keeps its last tokens (the "
+        "prompt's beginning cut, and its scoring cuts it the same way), one whose answer alone "
+        "does not fit is dropped (a route row renders to about 410 tokens).",
     )
     epochs: int = Field(default=1, ge=1, le=100, description="Passes over the train split.")
     max_steps: int | None = Field(default=None, ge=1, description=STEPS_LIMIT)

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from tests.train.qlora_fixtures import model_cache  # noqa: F401
-from tests.train.smol_adapter import SmolAdapter, smol_adapter  # noqa: F401
-from worker.evaluate.lm_scoring import LmPolicy
+from tests.train.smol_adapter import TRAINING, SmolAdapter, smol_adapter  # noqa: F401
+from worker.evaluate.lm_scoring import BATCH_CELLS, LmPolicy
 from worker.evaluate.policies import load_policy
 from worker.evaluate.samples import read_jsonl
 from worker.models import lm
@@ -39,6 +39,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 # (4% of an unlikely answer's log-likelihood): no check of which tokens are scored. A wrong token
 # would be off by nats.
 LOGP_TOLERANCE = (2.5e-4, 1e-4)  # (absolute per answer token, relative)
+TRAINED_SEQ_LEN = TRAINING["max_seq_len"]  # what the adapter records of its rows
 ROWS = 4  # anchor rows compared (generation is the slow part: ~2.5 s a row on 2 cores)
 
 
@@ -101,3 +102,23 @@ def test_scores_are_the_trained_answers_log_likelihood_in_one_pass_per_batch(tra
                 per_token, rel = LOGP_TOLERANCE
                 near = per_token * max(4, len(answer))
                 assert score == pytest.approx(full, abs=near, rel=rel)
+
+
+def test_a_batch_is_split_by_its_attention_and_scores_the_same(trained, monkeypatch):
+    _, rows, ref = trained
+    float32 = (lm.device_and_dtype()[0], torch.float32)
+    monkeypatch.setattr(lm, "device_and_dtype", lambda *args: float32)
+    policy = load_policy(ref)  # float32: a row scored alone or beside others rounds alike
+    assert isinstance(policy, LmPolicy) and policy.max_seq_len == TRAINED_SEQ_LEN
+    states, tools = [r["state"] for r in rows], [r["tools"] for r in rows]
+    together = policy.scores_batch(states, tools)
+    assert policy.forward_passes == 2  # the shared prefix, then every row in one pass
+    args = (policy.model, policy.tokenizer, "action_only", "alone", policy.model_hash)
+    # A bound no two rows fit under (BATCH_CELLS' role for long prompts): one row a pass.
+    alone = LmPolicy(*args, batch_cells=1)
+    assert BATCH_CELLS >= 16 * 448 * 448  # 16 rows of the demo's max_seq_len fit by default
+    split = alone.scores_batch(states, tools)
+    assert alone.forward_passes == 1 + len(rows)
+    per_token, rel = LOGP_TOLERANCE
+    for a, b in zip(together, split, strict=True):
+        assert b == pytest.approx(a, abs=per_token * 8, rel=rel)

@@ -298,6 +298,38 @@ def test_rows_over_max_seq_len_keep_their_answer_and_are_counted_in_run_meta(
     }
 
 
+def test_an_adapter_trained_on_cut_rows_is_scored_on_prompts_cut_the_same_way(
+    qlora_corpus, model_cache, tmp_path
+):
+    from worker.evaluate.lm_scoring import LmPolicy
+    from worker.evaluate.policies import load_policy
+    from worker.evaluate.samples import read_jsonl
+
+    train({**TINY, "max_steps": 1}, qlora_corpus, tmp_path, model_cache)
+    adapter = tmp_path / "adapter"
+    assert lm.trained_max_seq_len(adapter) == TINY["max_seq_len"]
+    ref = {"type": "qlora", "path": str(adapter), "model_cache": str(model_cache)}
+    policy = load_policy(ref)
+    assert isinstance(policy, LmPolicy) and policy.max_seq_len == TINY["max_seq_len"]
+    cut = chat_data.encode(
+        policy.tokenizer, chat_data.read_messages(qlora_corpus / "messages.jsonl"), 128
+    )
+    rows = read_jsonl(qlora_corpus / "train.jsonl")
+    assert len(rows) == len(cut.examples)
+    for row, trained in zip(rows[:4], cut.examples, strict=False):
+        prompt, answers = policy.encode(row["state"], row["tools"])
+        first = next(i for i, t in enumerate(trained.labels) if t != chat_data.IGNORE)
+        seen = trained.ids[:first]  # the prompt as the trainer kept it: its last tokens
+        # scored: the same last tokens (within the answers' lengths), the row's own answer
+        shorter, longer = sorted((prompt, seen), key=len)
+        assert longer[-len(shorter) :] == shorter and len(longer) - len(shorter) <= 4
+        assert len(prompt) + max(map(len, answers)) == TINY["max_seq_len"]
+        answer = answers[row["tools"].index(row["action"])]
+        assert trained.ids[first : first + len(answer)] == answer
+    scores = policy.scores_batch([r["state"] for r in rows[:4]], [r["tools"] for r in rows[:4]])
+    assert [len(s) for s in scores] == [len(r["tools"]) for r in rows[:4]]
+
+
 def test_a_row_whose_answer_does_not_fit_is_dropped_not_trained_on_nothing(
     qlora_corpus, model_cache, tmp_path
 ):

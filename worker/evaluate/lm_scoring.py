@@ -12,8 +12,15 @@ generation is needed, and a batch of rows costs one forward pass:
    see the prompt and its own earlier tokens only, and explicit positions place every candidate
    right after the prompt, so the prompt's keys/values are computed once and shared by its
    candidates (nothing is repeated per candidate);
-3. rows of similar length are batched together (little padding); the output head runs only on
-   the positions that predict an answer token.
+3. rows of similar length are batched together (little padding), as many as fit ROWS_PER_BATCH
+   and a bound on the batch's attention (rows x width^2 <= BATCH_CELLS: a few long prompts
+   go alone, not sixteen at once); the output head runs only on the positions that predict an
+   answer token.
+
+An adapter trained with rows cut to `max_seq_len` (the trainer keeps a row's last tokens) is
+scored on prompts cut the same way: a prompt longer than `max_seq_len` less its longest answer
+keeps its last tokens, as the trainer saw such a row (the state's end, the candidates), rather
+than a length it never trained on.
 
 Token ids come from tokenizing the prompt once per row; an answer is tokenized once per policy,
 after the prompt's last special token (a hard token boundary), so it splits exactly as in the
@@ -40,6 +47,9 @@ from worker.models.base_model import BUILTIN
 from worker.models.policy import Policy, files_hash
 
 ROWS_PER_BATCH = 16
+# rows x width^2 of a batch: 16 rows of 512 tokens; the attention's weights of a batch stay
+# under ~0.6 GB whatever the prompts' lengths (a 7,000-token prompt goes alone).
+BATCH_CELLS = 16 * 512 * 512
 Encoded = tuple[list[int], list[list[int]]]  # (prompt ids, answer ids per candidate)
 
 
@@ -53,11 +63,13 @@ class LmPolicy(Policy):
         model_hash: str,
         rows_per_batch: int = ROWS_PER_BATCH,
         json_key: str = "route",
+        max_seq_len: int | None = None,
+        batch_cells: int = BATCH_CELLS,
     ) -> None:
         super().__init__()
         self.model, self.tokenizer, self.contract = model.eval(), tokenizer, contract
         self.name, self.model_hash, self.rows_per_batch = name, model_hash, rows_per_batch
-        self.json_key = json_key
+        self.json_key, self.max_seq_len, self.batch_cells = json_key, max_seq_len, batch_cells
         causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.decoder, self.head = causal_lm.get_decoder(), causal_lm.get_output_embeddings()
         self.device = next(model.parameters()).device
@@ -110,7 +122,11 @@ class LmPolicy(Policy):
         # last one on tokenizes the same alone as inside the whole conversation.
         cut = max((prompt.rfind(t) for t in self.specials), default=-1)
         tail = prompt[cut:] if cut >= 0 else prompt
-        return p_ids, [self._answer_ids(tail, tool) for tool in tools]
+        answers = [self._answer_ids(tail, tool) for tool in tools]
+        if self.max_seq_len is not None:
+            keep = max(1, self.max_seq_len - max(map(len, answers), default=0))
+            p_ids = p_ids[-keep:]  # the trainer keeps a long row's last tokens
+        return p_ids, answers
 
     def _answer_ids(self, tail: str, tool: str) -> list[int]:
         key = (tail, tool)
@@ -134,12 +150,28 @@ class LmPolicy(Policy):
         # Rows of similar length side by side: little padding in a batch.
         order = sorted(range(len(encoded)), key=lambda i: _length(encoded[i]))
         out: list[list[float]] = [[] for _ in encoded]
-        for start in range(0, len(order), self.rows_per_batch):
-            chunk = order[start : start + self.rows_per_batch]
+        for chunk in self._batches(order, [_length(e) - prefix for e in encoded]):
             scores = self._score_rows([encoded[i] for i in chunk], prefix)
             for i, row_scores in zip(chunk, scores, strict=True):
                 out[i] = row_scores
         return out
+
+    def _batches(self, order: list[int], widths: list[int]) -> list[list[int]]:
+        """`order` (rows by length) in batches of at most rows_per_batch rows and batch_cells
+        rows x width^2 (width: the batch's longest row; one row alone whatever its length)."""
+        batches: list[list[int]] = []
+        for i in order:
+            chunk = batches[-1] if batches else None
+            width = max([widths[j] for j in chunk or []] + [widths[i]])
+            if (
+                chunk is None
+                or len(chunk) >= self.rows_per_batch
+                or (len(chunk) + 1) * width * width > self.batch_cells
+            ):
+                batches.append([i])
+            else:
+                chunk.append(i)
+        return batches
 
     def _shared_prefix(self, prompts: list[list[int]]) -> int:
         """How many leading tokens every prompt shares with the policy's fixed prefix (the system
@@ -305,8 +337,10 @@ def load_lm_policy(ref: dict[str, Any]) -> LmPolicy:
                 "a completed qlora train run leaves them in <run>/trainer/adapter/)",
             )
         model, tokenizer = lm.load_adapter(adapter, model_cache)
-        digest = files_hash(adapter / lm.ADAPTER_CONFIG, *weights, extra=contract)
-        return LmPolicy(model, tokenizer, contract, f"qlora:{adapter}", digest)
+        trained = lm.trained_max_seq_len(adapter)
+        cut = "" if trained is None else f":cut{trained}"  # the scores depend on the cut
+        digest = files_hash(adapter / lm.ADAPTER_CONFIG, *weights, extra=contract + cut)
+        return LmPolicy(model, tokenizer, contract, f"qlora:{adapter}", digest, max_seq_len=trained)
     model, tokenizer, base_dir = lm.load_base(ref.get("base_model") or BUILTIN, model_cache)
     weights = sorted(base_dir.glob("*.safetensors"))
     digest = files_hash(base_dir / "config.json", *weights, extra="base:" + contract)

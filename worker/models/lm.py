@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from core.rundir import ADAPTER_CONFIG, ADAPTER_WEIGHTS, atomic_file
+from core.rundir import ADAPTER_CONFIG, ADAPTER_TRAINED, ADAPTER_WEIGHTS, atomic_file
 from worker.models.base_model import resolve_base_model
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -210,9 +210,13 @@ def load_adapter(adapter_dir: Path, model_cache: Path) -> tuple[Any, Any]:
     return model.eval(), tokenizer
 
 
-def save_adapter(folder: Path, model: Any, tokenizer: Any, base_model: str) -> None:
+def save_adapter(
+    folder: Path, model: Any, tokenizer: Any, base_model: str, max_seq_len: int | None = None
+) -> None:
     """The LoRA weights into `folder`, its config naming the base model as the spec did (so
-    `load_adapter` resolves it through MODEL_CACHE wherever that is), and the tokenizer."""
+    `load_adapter` resolves it through MODEL_CACHE wherever that is), and the tokenizer; with
+    `max_seq_len`, the length its training rows were cut to (ADAPTER_TRAINED), which scoring
+    cuts a prompt to as well."""
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     config_path = folder / ADAPTER_CONFIG
@@ -220,6 +224,19 @@ def save_adapter(folder: Path, model: Any, tokenizer: Any, base_model: str) -> N
     adapter_config["base_model_name_or_path"] = base_model
     with atomic_file(config_path) as fh:
         fh.write(json.dumps(adapter_config, indent=2) + "\n")
+    if max_seq_len is not None:
+        with atomic_file(folder / ADAPTER_TRAINED) as fh:
+            fh.write(json.dumps({"max_seq_len": int(max_seq_len)}) + "\n")
+
+
+def trained_max_seq_len(adapter_dir: Path) -> int | None:
+    """The length an adapter's training rows were cut to (None: not recorded, an adapter saved
+    before it was, or one trained elsewhere)."""
+    path = Path(adapter_dir) / ADAPTER_TRAINED
+    if not path.is_file():
+        return None
+    value = json.loads(path.read_text()).get("max_seq_len")
+    return int(value) if isinstance(value, int) and value > 0 else None
 
 
 def save_lora(model: Any, folder: Path) -> None:

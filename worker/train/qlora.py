@@ -365,6 +365,7 @@ class QloraRecipe:
             model=self.model,
             tokenizer=self.tokenizer,
             base_model=cfg["base_model"],
+            max_seq_len=cfg["max_seq_len"],
         )
         adapter = checkpoints.write_folder(self.out_dir / ADAPTER, write)
         trained = (self.session_tokens, self.session_seconds)
