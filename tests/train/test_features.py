@@ -146,3 +146,25 @@ def test_a_feature_only_one_world_shows_is_left_out_when_the_rows_span_several()
     one_world = FeatureSpace.fit([r for r in rows if r["env"] == "w0"]).names
     assert "P:oven" not in one_world  # one value on every candidate: constant, left out anyway
     assert "D:N:0|job.release" in one_world  # with one world there is no floor
+
+
+def test_what_only_one_train_world_holds_is_read_there_but_its_names_are_not() -> None:
+    """A field only one train world's states hold (its furnace's temperature, or a grid only one
+    world has) is what that kind of world says, and an unseen world of its kind has it too: it
+    is kept. A piece of an id that one world alone spells, among ids every world spells, is
+    still left out."""
+    rows = []
+    for w in range(6):
+        machine = "oven" if w == 0 else f"line{'ABCDE'[w - 1]}"
+        for t in range(5):
+            state: dict = {"job": {"release": t}}
+            if w == 0:
+                state["furnace"] = {"temp": 100 + 20 * t}
+            tools = [f"place:{machine}@t{k}" for k in range(5)]
+            rows.append(
+                {"state": json.dumps(state), "tools": tools, "action": tools[t], "env": f"w{w}"}
+            )
+    names = FeatureSpace.fit(rows).names
+    assert "C:furnace.temp" in names  # only w0's states hold it: counted among the worlds that do
+    assert "P:oven" not in names and "P:linea" not in names  # every world's ids have pieces
+    assert "D:N:0|job.release" in names

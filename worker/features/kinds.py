@@ -376,6 +376,28 @@ def parse(feature: str) -> tuple[Kind, dict[str, str]] | None:
     return kind, found.groupdict()
 
 
+# The placeholders that are paths in the state (the module docstring), in no particular order.
+PATHS = frozenset({"a", "c", "list", "line", "text", "grid", "dict"})
+
+
+@lru_cache(maxsize=1 << 16)
+def reads(feature: str) -> str:
+    """What part of a state a feature reads: its kind and its first path, a nested name's for a
+    kind built on one (`WALKD:map` for every walk on the grid at `map`, `PMIN:A:routes.*.cost`
+    for a plan's least route cost); the kind alone for one that reads no path (`P`)."""
+    parsed = parse(feature)
+    if parsed is None:
+        return feature.split(":", 1)[0]
+    kind, parts = parsed
+    for holder in kind.placeholders:
+        value = parts[holder]
+        if holder == NESTED or (holder == "a" and ":" in value and parse(value)):
+            return f"{kind.prefix}:{reads(value)}"
+        if holder in PATHS:
+            return f"{kind.prefix}:{value}"
+    return kind.prefix
+
+
 def explain(feature: str) -> str:
     """A feature name in words (`D:A:routes.*.cost|budget` -> "(the candidate's own number
     `routes.*.cost`), minus the context number `budget`")."""

@@ -4,10 +4,11 @@ rows, saved as JSON beside the model (`features.json`), loaded with it.
 
 A feature is kept when it is seen often enough (`MIN_SHARE` of the train rows, at least twice), in
 enough of the train worlds to carry to an unseen one (half of them, up to `MIN_ENVS`: a name one
-world alone uses only lets a model memorize that world), and not with one value on every
-candidate. Words of the context's texts (`W:`, and `X:W:` crossed with the candidates) have a
-budget of their own (`MAX_WORDS`), so a long prompt's vocabulary never crowds out what the
-state's structure says.
+world alone uses only lets a model memorize that world; counted among the worlds whose states
+hold what it reads, so a grid, a plan or a list only some worlds have is read where it is), and
+not with one value on every candidate. Words of the context's texts (`W:`, and `X:W:` crossed
+with the candidates) have a budget of their own (`MAX_WORDS`), so a long prompt's vocabulary
+never crowds out what the state's structure says.
 
 `text_encoder`: `tokens` (the default) reads texts as words only; `smollm2` adds what the frozen
 sentence encoder reads in each long context text (`E:`, worker/features/embed.py and
@@ -110,14 +111,12 @@ class FeatureSpace:
             for name in seen:
                 envs.setdefault(name, set()).add(env)
         floor = max(2, math.ceil(MIN_SHARE * total))
-        # With rows from several worlds, a feature seen in one world only (a name that world
-        # alone uses) cannot carry to an unseen one: a model would only memorize it.
-        env_floor = min(MIN_ENVS, max(1, len(all_envs) // 2))
+        worlds = _world_floors(envs, len(all_envs))
         kept = sorted(
             (
                 n
                 for n, c in counts.items()
-                if c >= floor and len(envs[n]) >= env_floor and not _constant(sums[n], candidates)
+                if c >= floor and len(envs[n]) >= worlds[n] and not _constant(sums[n], candidates)
             ),
             key=lambda n: (-counts[n], n),
         )
@@ -208,6 +207,21 @@ class FeatureSpace:
             )
         encoder = str(data.get("text_encoder", "tokens"))
         return cls(list(data["names"]), list(data["mean"]), list(data["scale"]), encoder)
+
+
+def _world_floors(envs: dict[str, set[str]], worlds: int) -> dict[str, int]:
+    """Per feature, the train worlds it must be seen in. With rows from several worlds, a
+    feature seen in one world only (a name that world alone uses) cannot carry to an unseen one:
+    a model would only memorize it. The floor is half the worlds, up to MIN_ENVS, counted among
+    the worlds whose states hold what the feature reads (`kinds.reads`: its kind and path): a
+    walk on a grid only one train world has is that grid's feature, which any world with such a
+    grid reads too, not a name one world alone uses; an id's piece or a word, read from every
+    world, is held to the floor of all of them."""
+    reach: dict[str, set[str]] = {}
+    for n, seen in envs.items():
+        reach.setdefault(kinds.reads(n), set()).update(seen)
+    cap = min(MIN_ENVS, max(1, worlds // 2))
+    return {n: min(cap, max(1, len(reach[kinds.reads(n)]) // 2)) for n in envs}
 
 
 def _constant(acc: list[float], candidates: int) -> bool:
