@@ -217,11 +217,12 @@ def _world_floors(envs: dict[str, set[str]], worlds: int) -> dict[str, int]:
     walk on a grid only one train world has is that grid's feature, which any world with such a
     grid reads too, not a name one world alone uses; an id's piece or a word, read from every
     world, is held to the floor of all of them."""
+    where = {n: kinds.reads(n) for n in envs}
     reach: dict[str, set[str]] = {}
     for n, seen in envs.items():
-        reach.setdefault(kinds.reads(n), set()).update(seen)
+        reach.setdefault(where[n], set()).update(seen)
     cap = min(MIN_ENVS, max(1, worlds // 2))
-    return {n: min(cap, max(1, len(reach[kinds.reads(n)]) // 2)) for n in envs}
+    return {n: min(cap, max(1, len(reach[where[n]]) // 2)) for n in envs}
 
 
 def _constant(acc: list[float], candidates: int) -> bool:
