@@ -157,20 +157,16 @@ class LmPolicy(Policy):
         return out
 
     def _batches(self, order: list[int], widths: list[int]) -> list[list[int]]:
-        """`order` (rows by length) in batches of at most rows_per_batch rows and batch_cells
-        rows x width^2 (width: the batch's longest row; one row alone whatever its length)."""
+        """`order` (rows by length, shortest first) in batches of at most rows_per_batch rows and
+        batch_cells rows x width^2 (width: the row joining, the batch's longest; one row alone
+        whatever its length)."""
         batches: list[list[int]] = []
         for i in order:
-            chunk = batches[-1] if batches else None
-            width = max([widths[j] for j in chunk or []] + [widths[i]])
-            if (
-                chunk is None
-                or len(chunk) >= self.rows_per_batch
-                or (len(chunk) + 1) * width * width > self.batch_cells
-            ):
+            room = len(batches[-1]) + 1 if batches else self.rows_per_batch + 1
+            if room > self.rows_per_batch or room * widths[i] * widths[i] > self.batch_cells:
                 batches.append([i])
             else:
-                chunk.append(i)
+                batches[-1].append(i)
         return batches
 
     def _shared_prefix(self, prompts: list[list[int]]) -> int:

@@ -376,6 +376,12 @@ def parse(feature: str) -> tuple[Kind, dict[str, str]] | None:
     return kind, found.groupdict()
 
 
+def _nested(holder: str, value: str) -> bool:
+    """Whether a part is itself a feature name: the `<name>` placeholder, or an aligned path
+    that is one (a rank's number, `R:TO:functions.*|question`)."""
+    return holder == NESTED or (holder == "a" and ":" in value and parse(value) is not None)
+
+
 # The placeholders that are paths in the state (the module docstring), in no particular order.
 PATHS = frozenset({"a", "c", "list", "line", "text", "grid", "dict"})
 
@@ -391,7 +397,7 @@ def reads(feature: str) -> str:
     kind, parts = parsed
     for holder in kind.placeholders:
         value = parts[holder]
-        if holder == NESTED or (holder == "a" and ":" in value and parse(value)):
+        if _nested(holder, value):
             return f"{kind.prefix}:{reads(value)}"
         if holder in PATHS:
             return f"{kind.prefix}:{value}"
@@ -407,9 +413,7 @@ def explain(feature: str) -> str:
     kind, parts = parsed
     words = {}
     for holder, value in parts.items():
-        # A rank's number is an aligned path or itself a name (`R:TO:functions.*|question`).
-        nested = holder == NESTED or (holder == "a" and ":" in value and parse(value))
-        words[holder] = f"({explain(value)})" if nested else f"`{value}`"
+        words[holder] = f"({explain(value)})" if _nested(holder, value) else f"`{value}`"
     return kind.meaning.format(**words)
 
 

@@ -17,7 +17,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from core.rundir import ADAPTER_CONFIG, ADAPTER_TRAINED, ADAPTER_WEIGHTS, atomic_file
+from core.rundir import (
+    ADAPTER_CONFIG,
+    ADAPTER_TRAINED,
+    ADAPTER_WEIGHTS,
+    atomic_file,
+    write_json_atomic,
+)
 from worker.models.base_model import resolve_base_model
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -225,8 +231,7 @@ def save_adapter(
     with atomic_file(config_path) as fh:
         fh.write(json.dumps(adapter_config, indent=2) + "\n")
     if max_seq_len is not None:
-        with atomic_file(folder / ADAPTER_TRAINED) as fh:
-            fh.write(json.dumps({"max_seq_len": int(max_seq_len)}) + "\n")
+        write_json_atomic(folder / ADAPTER_TRAINED, {"max_seq_len": int(max_seq_len)})
 
 
 def trained_max_seq_len(adapter_dir: Path) -> int | None:
@@ -236,7 +241,7 @@ def trained_max_seq_len(adapter_dir: Path) -> int | None:
     if not path.is_file():
         return None
     value = json.loads(path.read_text()).get("max_seq_len")
-    return int(value) if isinstance(value, int) and value > 0 else None
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def save_lora(model: Any, folder: Path) -> None:
