@@ -45,7 +45,9 @@ def test_the_feature_space_places_the_frozen_features_in_their_columns() -> None
         present = ~np.isnan(want)
         squashed = np.sign(np.nan_to_num(want)) * np.log1p(np.abs(np.nan_to_num(want)))
         values = np.where(present, (squashed - space.mean) / np.asarray(space.scale), 0.0)
-        scaled = np.concatenate([values, present], axis=1).astype(np.float32)
+        number = np.nan_to_num(want)  # each value's sign, as two flags, where present
+        above, below = present & (number > 0), present & (number < 0)
+        scaled = np.concatenate([values, present, above, below], axis=1).astype(np.float32)
         np.testing.assert_array_equal(space.scaled(row["state"], row["tools"]), scaled)
 
 

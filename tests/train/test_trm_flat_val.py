@@ -48,8 +48,9 @@ def test_a_flat_val_keeps_the_trained_model_and_trains_to_the_end(tmp_path: Path
     assert [e["epoch"] for e in callbacks.evals] == list(range(CONFIG["epochs"]))
     assert result["best_epoch"] == CONFIG["epochs"] - 1 and not result["early_stopped"]
     # The model kept is the trained one: it answers the train rows far better than the first
-    # epoch (the same seed stopped there), which the lowest val loss would have kept.
+    # epoch (the same seed stopped there), which the lowest val loss would have kept: at most a
+    # quarter of its errors.
     first = train({**CONFIG, "epochs": 1}, corpus, tmp_path / "trm-1", TrainerCallbacks(), seed=0)
     kept, early = result["eval"]["train_accuracy"], first["eval"]["train_accuracy"]
     print(f"train accuracy: kept {kept}, epoch 0 {early}")
-    assert kept >= early + 0.15
+    assert 1 - kept <= (1 - early) / 4

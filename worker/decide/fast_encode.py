@@ -80,6 +80,7 @@ from worker.features.cells import move_features, walk_features, window_features
 from worker.features.kinds import name
 from worker.features.plans import plan_features
 from worker.features.row import candidate_features
+from worker.models.encoding import BLOCKS
 from worker.models.feature_space import FeatureSpace
 
 TOOLS_CACHE = 1024  # candidate lists whose names and pieces are kept
@@ -190,10 +191,10 @@ class FastEncoder:
             columns = self._column_at[present]
         else:
             columns = present % width
-        out = np.zeros((raw.shape[0], 2 * width), dtype=np.float32)
-        # A value at (row, column) of `raw` goes to (row, column) of `out`, twice as wide, its
-        # flag to (row, width + column).
-        place = present + (present - columns)
+        out = np.zeros((raw.shape[0], BLOCKS * width), dtype=np.float32)
+        # (row, column) of `raw` goes to (row, column) of `out` (BLOCKS times as wide), its
+        # flags `width`, `2 * width` (above 0) and `3 * width` (below) further on.
+        place = present + (BLOCKS - 1) * (present - columns)
         flat = out.reshape(-1)
         # `squash` in place (sign * log1p(|x|): the same products), then cast to float32 before
         # the scatter (a scatter that casts took three times as long).
@@ -205,6 +206,7 @@ class FastEncoder:
         scaled /= self._scale[columns]
         flat[place] = scaled.astype(np.float32)
         flat[place + width] = 1.0
+        flat[place[x > 0] + 2 * width] = flat[place[x < 0] + 3 * width] = 1.0
         return out
 
     def general(self, state: str, tools: list[str]) -> np.ndarray:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-FORMAT = "trm-v2"  # the version of worker/models/trm.py's model this forward is a port of
+FORMAT = "trm-v3"  # the version of worker/models/trm.py's model this forward is a port of
 PAD_SCORE = -1e9  # a padding candidate's score, as worker/models/trm.py
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default
 SET_LAYERS = 2  # the one network f: net.0 and net.1

@@ -54,7 +54,7 @@ class Model:
     net: Any  # NumpyTrm (trm) or lightgbm.Booster (gbdt)
 
     def scores(self, states: Sequence[str], tools: Sequence[list[str]]) -> list[list[float]]:
-        from worker.models.encoding import raw_matrix, scaled_matrix
+        from worker.models.encoding import BLOCKS, raw_matrix, scaled_matrix
 
         raws = [raw_matrix(self.index, s, list(t)) for s, t in zip(states, tools, strict=True)]
         if self.trainer == "gbdt":
@@ -70,7 +70,7 @@ class Model:
         result: list[list[float]] = []
         for first in range(0, len(blocks), BATCH_ROWS):
             chunk = blocks[first : first + BATCH_ROWS]
-            x, mask = pad(chunk, 2 * len(self.index))
+            x, mask = pad(chunk, BLOCKS * len(self.index))
             wide = None
             if self.net.wide_buckets:  # the linear text part reads the row's hashed terms
                 from worker.features.wide import wide_terms

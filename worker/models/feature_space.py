@@ -35,7 +35,7 @@ from worker.context import StageFailure
 from worker.features import kinds
 from worker.features.embed import embedding_features, long_texts
 from worker.features.row import row_features as row_features
-from worker.models.encoding import raw_matrix, scaled_matrix
+from worker.models.encoding import BLOCKS, raw_matrix, scaled_matrix
 
 MIN_SHARE = 0.005  # a feature must occur in this share of train rows (and at least twice)
 MIN_ENVS = 3  # ... and in half the train worlds (envs), up to this many
@@ -132,6 +132,15 @@ class FeatureSpace:
             scale.append(spread if spread > 1e-6 else 1.0)  # one value: rounding, not spread
         return cls(names, mean, scale, text_encoder)
 
+    def subset(self, columns: list[int]) -> FeatureSpace:
+        """The space of these columns alone (in the order given), each scaled as here."""
+        return FeatureSpace(
+            [self.names[i] for i in columns],
+            [self.mean[i] for i in columns],
+            [self.scale[i] for i in columns],
+            self.text_encoder,
+        )
+
     @property
     def columns(self) -> list[str]:
         """A safe, unique column name per feature, in order, for LightGBM (which refuses JSON's
@@ -169,8 +178,9 @@ class FeatureSpace:
         return _embedder(self.text_encoder)
 
     def scaled(self, state: str, tools: list[str]) -> np.ndarray:
-        """(candidates, 2 * features), float32: the scaled values (0 where missing) and a
-        presence flag for each (what the neural model reads)."""
+        """(candidates, BLOCKS * features), float32: the scaled values (0 where missing), then a
+        presence flag and the value's sign as two flags for each (what the neural model
+        reads: `encoding.scaled_matrix`)."""
         return scaled_matrix(self.raw(state, tools), self._mean, self._scale)
 
     @cached_property
@@ -183,7 +193,7 @@ class FeatureSpace:
 
     @property
     def width(self) -> int:
-        return 2 * len(self.names)
+        return BLOCKS * len(self.names)
 
     def save(self, path: Path) -> None:
         data: dict[str, Any] = {

@@ -59,6 +59,7 @@ from core.schemas.train import (
 from worker.context import StageFailure
 from worker.gpuinfo import detect_gpu
 from worker.models.base_model import BUILTIN, BUILTIN_SHAPE
+from worker.models.encoding import BLOCKS
 from worker.models.feature_space import FeatureSpace
 from worker.models.rows import read_rows
 
@@ -165,8 +166,12 @@ def trm_footprint(
     hidden, n = int(cfg["hidden"]), int(cfg["n_recursions"])
     micro, accum = int(cfg["batch_size"]), int(cfg["grad_accum"])
     sample = rows[:WIDTH_SAMPLE]
-    width = FeatureSpace.fit(sample).width if sample else 0
+    columns = len(FeatureSpace.fit(sample).names) if sample else 0
+    screen = int(cfg["screen"])
+    # The network reads the screen's columns (all when it is off), BLOCKS numbers each.
+    width = BLOCKS * (min(columns, screen) if screen else columns)
     widest = max((len(r["tools"]) for r in rows), default=0)
+    candidates = sum(len(r["tools"]) for r in rows)
     steps, formula = trm_steps(cfg, len(rows), probe)
     params = width * hidden + 17 * hidden * hidden + 20 * hidden
     rows_in_micro = min(micro, len(rows)) if rows else micro
@@ -178,6 +183,10 @@ def trm_footprint(
         f"activations of {rows_in_micro} rows x {widest} candidates": activations,
         "inputs": inputs,
     }
+    if screen and columns > screen:  # the screen's ranker, before the network: a gbdt's matrix
+        parts[f"screen: {candidates} candidates x {columns} features (float64, binned)"] = (
+            candidates * columns * 9
+        )
     shape = {
         "rows": len(rows),
         "widest_row": widest,
@@ -203,7 +212,7 @@ def trm_footprint(
 def gbdt_footprint(config: dict[str, Any], rows: list[dict[str, Any]]) -> Footprint:
     cfg = GbdtTrainerConfig.model_validate(config).model_dump()
     sample = rows[:WIDTH_SAMPLE]
-    width = FeatureSpace.fit(sample).width if sample else 0
+    width = len(FeatureSpace.fit(sample).names) if sample else 0  # the ranker reads raw values
     candidates = sum(len(r["tools"]) for r in rows)
     parts = {
         f"matrix of {candidates} candidates x {width} features (float64)": candidates * width * 8,

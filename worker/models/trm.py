@@ -4,7 +4,9 @@ Recursive Reasoning with Tiny Networks": its network, its recursion, its files a
 Read top to bottom: the one network, the recursion, rows as tensors, files, policy.
 
 - **Input** `x`: each candidate's features (`worker/features/`: the candidate set against
-  the state, numbers as numbers), embedded by a small MLP: (rows, candidates, hidden).
+  the state, numbers as numbers; those the trainer's screen kept), each as its scaled value, a
+  presence flag and its sign as two flags (`encoding.BLOCKS`), embedded by a small MLP:
+  (rows, candidates, hidden).
 - **One network** `f`: two residual layers over a candidate set; each candidate also reads the
   mean and the max over the row's candidates (a choice is relative). `dropout` on each layer's
   hidden units while training only: the weights, and the answers at inference, are as without.
@@ -48,7 +50,8 @@ from worker.models.feature_space import FeatureSpace
 from worker.models.policy import Policy, files_hash, model_files
 from worker.models.rows import read_rows
 
-FORMAT = "trm-v2"
+# v3: each feature read as four columns (value, presence, above 0, below 0: encoding.BLOCKS)
+FORMAT = "trm-v3"
 SCORE_ROWS = 256  # rows per forward pass when scoring
 PAD_SCORE = -1e9  # a padding candidate's score (its softmax share underflows to exactly 0)
 

@@ -97,14 +97,15 @@ def fit(
 
 def top_features(booster: Any, space: FeatureSpace, k: int = TOP_FEATURES) -> list[dict[str, Any]]:
     """The model's `k` features of most gain, each by its name and in words (`explain`)."""
-    gains = booster.feature_importance(importance_type="gain")
+    return features_by_gain(booster.feature_importance(importance_type="gain"), space.names, k)
+
+
+def features_by_gain(gains: Any, names: list[str], k: int) -> list[dict[str, Any]]:
+    """The `k` names of most gain (ties: the earlier), each with its gain and in words; none of
+    no gain."""
     order = sorted(range(len(gains)), key=lambda i: (-gains[i], i))
     return [
-        {
-            "feature": space.names[i],
-            "gain": round(float(gains[i]), 3),
-            "meaning": explain(space.names[i]),
-        }
+        {"feature": names[i], "gain": round(float(gains[i]), 3), "meaning": explain(names[i])}
         for i in order[:k]
         if gains[i] > 0
     ]

@@ -22,6 +22,7 @@ selection and checkpoints.
 from __future__ import annotations
 
 import copy
+import json
 import math
 import time
 from collections import defaultdict
@@ -37,14 +38,15 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from core.rundir import FEATURES, TRAIN_ROWS, TRM_BEST, TRM_MODEL, VAL_ROWS
+from core.rundir import FEATURES, TRAIN_ROWS, TRM_BEST, TRM_CONFIG, TRM_MODEL, VAL_ROWS
 from core.schemas.train import TrmTrainerConfig
 from worker.context import StageFailure
 from worker.features.wide import BUCKETS
+from worker.models.encoding import BLOCKS
 from worker.models.feature_space import FeatureSpace
 from worker.models.rows import read_rows
 from worker.models.trm import Encoded, TinyRecursiveModel, build, save_model, wide_input
-from worker.train import checkpoints, trm_wide
+from worker.train import checkpoints, trm_screen, trm_wide
 from worker.train.callbacks import TrainerCallbacks
 from worker.train.memory import Rss, peak_vram, reset_peak_vram
 
@@ -58,15 +60,15 @@ RESUMABLE_CHANGES = ("batch_size", "grad_accum", "checkpoint_every")
 
 
 def drop_features(x: torch.Tensor, rate: float) -> torch.Tensor:
-    """`x` (rows, candidates, 2 * features: values, then presence flags) with each feature
-    removed from a row (its value and its flag, for every candidate) at `rate`: a row as an
-    unseen world shows it, without some of what the train worlds had, so that no single
+    """`x` (rows, candidates, BLOCKS * features: values, presence flags, sign flags) with each
+    feature removed from a row (its value and its flags, for every candidate) at `rate`: a row
+    as an unseen world shows it, without some of what the train worlds had, so that no single
     feature carries the answer alone."""
     if rate <= 0:
         return x
-    width = x.shape[-1] // 2
+    width = x.shape[-1] // BLOCKS
     keep = (torch.rand(x.shape[0], 1, width, device=x.device) >= rate).to(x.dtype)
-    return x * torch.cat([keep, keep], -1)
+    return x * torch.cat([keep] * BLOCKS, -1)
 
 
 def supervised_batch(
@@ -252,8 +254,19 @@ def _train(
     # Without grid cells crossed with the candidate: the model reads the whole row at once.
     if resume:
         space = FeatureSpace.load(resume / FEATURES)
+        saved = json.loads((resume / TRM_CONFIG).read_text())
+        fitted = int(saved.get("features_screened_from") or len(space.names))
+        top = list(saved.get("top_features") or [])
     else:
-        space = FeatureSpace.fit(rows, crossed_cells=False, text_encoder=cfg["text_encoder"])
+        # The columns a quick tree ranker finds worth a split (worker/train/trm_screen.py).
+        screen = trm_screen.screened(
+            FeatureSpace.fit(rows, crossed_cells=False, text_encoder=cfg["text_encoder"]),
+            rows,
+            val_rows,
+            int(cfg["screen"]),
+            seed,
+        )
+        space, fitted, top = screen.space, screen.fitted, screen.top
     buckets = BUCKETS if float(cfg["wide"] or 0.0) > 0 else 0
     data, val = Encoded(space, rows, buckets), Encoded(space, val_rows, buckets)
 
@@ -267,6 +280,8 @@ def _train(
         "seed": seed,
         "total_steps": total,
         "features": len(space.names),
+        "features_screened_from": fitted,
+        "top_features": top,
     }
 
     torch.manual_seed(seed)
@@ -391,6 +406,8 @@ def _train(
         "best_epoch": best["epoch"],
         "early_stopped": step < total and stopped_by is None,
         "features": len(space.names),
+        "features_screened_from": fitted,
+        "top_features": top,
         "artifacts": [str(p) for p in artifacts],
         "resumed_from_step": resumed_from,
         "device": device.type,
