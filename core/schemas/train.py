@@ -127,9 +127,9 @@ class TrmTrainerConfig(StrictModel):
         le=100_000,
         description="Columns the network reads: the ones of most gain in a quick LightGBM ranker "
         "fitted on the train rows first (worker/train/trm_screen.py); the ranker is discarded "
-        "and the model's features.json holds only these. 0: every column of the feature space "
-        "(docs/quality.md: on verify's 15 judging rows 0.646 with every column, 0.855 with 32, "
-        "0.829 with 64).",
+        "and the model's features.json holds only these. 0, or fewer than 100 train rows: every "
+        "column of the feature space (docs/quality.md: on verify's 15 judging rows 0.646 with "
+        "every column, 0.855 with 32, 0.829 with 64).",
     )
     select_by: Literal["accuracy", "loss", "auc"] = Field(
         default="accuracy",

@@ -17,7 +17,7 @@ from worker.models.feature_space import FeatureSpace
 from worker.models.trm import load_trm
 from worker.train.callbacks import TrainerCallbacks
 from worker.train.trm import train
-from worker.train.trm_screen import screened
+from worker.train.trm_screen import MIN_ROWS, screened
 
 VERDICTS = ["verdict:accept", "verdict:reject"]
 NOISE = 150  # numbers in every state that say nothing of the answer
@@ -62,12 +62,15 @@ def test_a_screened_trm_reads_the_deciding_column_among_noise_and_keeps_only_wha
     assert right / len(unseen) >= 0.95
 
 
-def test_a_space_no_wider_than_the_screen_is_read_whole(tmp_path: Path) -> None:
+def test_a_space_no_wider_than_the_screen_or_of_too_few_rows_is_read_whole(
+    tmp_path: Path,
+) -> None:
     write_overrun_corpus(tmp_path / "corpus")
     rows = [json.loads(line) for line in (tmp_path / "corpus" / "train.jsonl").open()]
     space = FeatureSpace.fit(rows, crossed_cells=False)
     assert screened(space, rows, [], len(space.names), seed=0).space is space
     assert screened(space, rows, [], 0, seed=0).space is space
+    assert screened(space, rows[: MIN_ROWS - 1], [], 3, seed=0).space is space  # too few to judge
     cut = screened(space, rows, [], 3, seed=0).space
     assert 1 <= len(cut.names) <= 3
     assert all(cut.scale[i] == space.scale[space.names.index(n)] for i, n in enumerate(cut.names))

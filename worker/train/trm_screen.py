@@ -13,7 +13,8 @@ own space (early-stopped on val, one thread, the run's seed), and the network re
 `screen` columns of most gain (total split gain over the ranker's trees), in the space's
 order. The ranker is discarded: the model's files hold only the kept columns
 (`features.json`), so deciding, exporting and the decision-time encoder need no LightGBM.
-With no column of any gain (rows that one feature cannot split), the space is kept whole.
+With no column of any gain (rows that one feature cannot split), or fewer than `MIN_ROWS` train
+rows, the space is kept whole.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ from worker.train.gbdt import TOP_FEATURES, features_by_gain, labels
 
 # The ranker: the gbdt reference's own defaults (core/schemas/train.py GbdtTrainerConfig).
 RANKER = GbdtTrainerConfig()
+# Train rows below which the space is read whole: a ranker's gains over a few dozen rows are
+# mostly noise (19 route rows: the screened trm read the anchors at 0.25, its untrained self's
+# figure, where every column gave 0.375).
+MIN_ROWS = 100
 
 
 def with_phantoms(
@@ -103,9 +108,10 @@ def screened(
     seed: int,
 ) -> Screened:
     """`space` cut to its `keep` columns of most screen gain (ties: the space's order); the
-    whole space when it has no more columns than that or when no column has any gain."""
+    whole space when it has no more columns than that, when there are fewer than MIN_ROWS train
+    rows to judge them by, or when no column has any gain."""
     whole = Screened(space, len(space.names))
-    if keep <= 0 or len(space.names) <= keep or not rows:
+    if keep <= 0 or len(space.names) <= keep or len(rows) < MIN_ROWS:
         return whole
     gains = screen_gains(space, rows, val, seed)
     ranked = sorted((i for i in range(len(gains)) if gains[i] > 0), key=lambda i: (-gains[i], i))
