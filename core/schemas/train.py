@@ -21,7 +21,7 @@ class TrmTrainerConfig(StrictModel):
     it. Training keeps the epoch with the best val accuracy and stops after `patience` epochs
     without a better one; a val accuracy that has not moved since the first epoch (val worlds
     the model answers alike whatever it learned) neither chooses nor stops: the latest is kept.
-    `feature_dropout` removes that share of each train row's features (value and presence, for
+    `feature_dropout` removes that share of each train row's features (every number of each, for
     every candidate alike): a regularizer for worlds that show fewer of the train worlds'
     features; 0 by default (measured in docs/quality.md: it helps grid and costs
     verify). `dropout` drops the network's hidden units while training, likewise 0 by default
@@ -102,7 +102,7 @@ class TrmTrainerConfig(StrictModel):
         default=0.0,
         ge=0,
         lt=1,
-        description="Share of the features removed from each training row (value and presence, "
+        description="Share of the features removed from each training row (every number of it, "
         "all its candidates alike): a regularizer for worlds that show fewer features; 0: none.",
     )
     dropout: float = Field(
