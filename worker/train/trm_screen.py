@@ -10,8 +10,8 @@ and ignores the rest. The network reads all of them at once, and with 122 rows o
 
 So before the network is built, a LightGBM ranker is fitted on the train rows over the trm's
 own space (early-stopped on val, one thread, the run's seed), and the network reads the
-`screen` columns of most gain (total split gain over the ranker's trees), in the space's
-order. The ranker is discarded: the model's files hold only the kept columns
+`screen` columns of most gain (total split gain over the ranker's trees; fewer where fewer have
+any), in the space's order. The ranker is discarded: the model's files hold only the kept columns
 (`features.json`), so deciding, exporting and the decision-time encoder need no LightGBM.
 With no column of any gain (rows that one feature cannot split), or fewer than `MIN_ROWS` train
 rows, the space is kept whole.
@@ -42,11 +42,11 @@ def with_phantoms(
 ) -> tuple[np.ndarray, list[int], np.ndarray]:
     """The ranker's matrix, groups and labels, each row with one more candidate that has no
     feature and is never the answer. On a two-way choice the ranker cannot split a number of the
-    state (the same on both candidates) anywhere in a tree: for a pairwise objective the two
-    candidates' gradients cancel wherever both are, and LightGBM then leaves such a column out
-    of the children of the candidate split too (a budget's overrun between `accept` and
-    `reject`: gain 0 over 20 trees, a column of noise 609). A third candidate that is always
-    wrong breaks the tie (the overrun's gain 413)."""
+    state (the same on both candidates): for a pairwise objective the two candidates' gradients
+    cancel wherever both are, and LightGBM gave such a column no split in any tree, under the
+    split by candidate too (a budget's overrun deciding `accept` or `reject`: gain 0 over 20
+    trees, a column of noise 609). A third candidate that is always wrong breaks the tie (the
+    overrun's gain 413)."""
     x, groups = matrix(space, rows)
     y = labels(rows)
     at = np.cumsum(groups)
