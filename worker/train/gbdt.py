@@ -33,6 +33,24 @@ def labels(rows: list[dict[str, Any]]) -> np.ndarray:
     return np.array([int(t == r["action"]) for r in rows for t in r["tools"]], dtype=np.int32)
 
 
+def ranker_params(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
+    """LightGBM's parameters for a candidate ranker of this config (a validated
+    GbdtTrainerConfig's dump): lambdarank, judged by ndcg@1, deterministic on one thread."""
+    return {
+        "objective": "lambdarank",
+        "metric": "ndcg",
+        "eval_at": [1],
+        "learning_rate": cfg["learning_rate"],
+        "num_leaves": cfg["num_leaves"],
+        "min_child_samples": cfg["min_child_samples"],
+        "seed": seed,
+        "deterministic": True,
+        "force_row_wise": True,
+        "num_threads": 1,
+        "verbosity": -1,
+    }
+
+
 def fit(
     rows: list[dict[str, Any]],
     val: list[dict[str, Any]],
@@ -52,19 +70,7 @@ def fit(
         raise StageFailure("bad_input", f"gbdt.{where}: {first['msg']}") from None
     space = FeatureSpace.fit(rows, text_encoder=cfg["text_encoder"])
     x, groups = gbdt.matrix(space, rows)
-    params = {
-        "objective": "lambdarank",
-        "metric": "ndcg",
-        "eval_at": [1],
-        "learning_rate": cfg["learning_rate"],
-        "num_leaves": cfg["num_leaves"],
-        "min_child_samples": cfg["min_child_samples"],
-        "seed": seed,
-        "deterministic": True,
-        "force_row_wise": True,
-        "num_threads": 1,
-        "verbosity": -1,
-    }
+    params = ranker_params(cfg, seed)
     train_set = lightgbm.Dataset(
         x, labels(rows), group=groups, feature_name=space.columns, free_raw_data=True
     )

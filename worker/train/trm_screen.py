@@ -27,7 +27,7 @@ import numpy as np
 from core.schemas.train import GbdtTrainerConfig
 from worker.models.feature_space import FeatureSpace
 from worker.models.gbdt import matrix
-from worker.train.gbdt import TOP_FEATURES, features_by_gain, labels
+from worker.train.gbdt import TOP_FEATURES, features_by_gain, labels, ranker_params
 
 # The ranker: the gbdt reference's own defaults (core/schemas/train.py GbdtTrainerConfig).
 RANKER = GbdtTrainerConfig()
@@ -62,19 +62,7 @@ def screen_gains(
     import lightgbm
 
     x, groups, y = with_phantoms(space, rows)
-    params = {
-        "objective": "lambdarank",
-        "metric": "ndcg",
-        "eval_at": [1],
-        "learning_rate": RANKER.learning_rate,
-        "num_leaves": RANKER.num_leaves,
-        "min_child_samples": RANKER.min_child_samples,
-        "seed": seed,
-        "deterministic": True,
-        "force_row_wise": True,
-        "num_threads": 1,
-        "verbosity": -1,
-    }
+    params = ranker_params(RANKER.model_dump(), seed)
     train_set = lightgbm.Dataset(x, y, group=groups, free_raw_data=True)
     valid: list[Any] = []
     hooks: list[Any] = []
