@@ -5,7 +5,9 @@ test_frozen.py holds the encoder to, so a speed-up cannot change a name, a value
 
     .venv/bin/python -m tests.features.frozen   # rewrite data/frozen.json.gz from the code as it is
 
-Rewrite it only when the features are meant to change (and the feature space's FORMAT with them).
+Rewrite it only when the features are meant to change, and the feature space's FORMAT with them
+when a name a fitted space holds changes its value (a new kind's names are in no fitted space, so
+an older model reads its rows as before).
 """
 
 from __future__ import annotations

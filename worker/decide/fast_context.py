@@ -1,6 +1,7 @@
 """What a row's context alone gives the decision-time encoder (`fast_encode.py`), the same for
-every candidate: the context texts' words and statistics (`W:`, `TS:`) and the shapes of its
-lists (`L:`, `DUP:`, `LD:`), each worked out only where the space keeps its column."""
+every candidate: the context texts' words and statistics (`W:`, `TS:`), the shapes of its
+lists (`L:`, `DUP:`, `LD:`) and its strings as flags (`CS:`), each worked out only where the
+space keeps its column."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from worker.features import context as cx
 from worker.features import text as tx
-from worker.features.kinds import name
+from worker.features.kinds import name, start
 
 SHAPES = 4096  # list paths (and pairs) whose shape columns are kept looked up
 K = TypeVar("K", int, str)  # a kept column: its index, or a crossable word column's name
@@ -116,3 +118,23 @@ def _pick(into: dict[K, float], kept: Mapping[str, K], found: Mapping[str, float
         column = kept.get(key)
         if column is not None:
             into[column] = float(value)
+
+
+class FlagColumns:
+    """`context.string_flags`' kept columns (`CS:`, a context string's value or an item of a
+    context list of strings): the general code's names, looked up; none worked out when no
+    `CS:` column is kept."""
+
+    def __init__(self, index: Mapping[str, int]) -> None:
+        self.columns = {n: j for n, j in index.items() if n.startswith(start("CS"))}
+
+    def __call__(
+        self,
+        strings: list[tuple[str, str]],
+        sets: list[tuple[str, frozenset[str]]],
+        grids: list[tuple[str, Any]],
+    ) -> dict[int, float]:
+        if not self.columns:
+            return {}
+        flags = cx.string_flags(strings, sets, {p for p, _ in grids})
+        return {j: 1.0 for n in flags if (j := self.columns.get(n)) is not None}

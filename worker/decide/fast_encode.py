@@ -56,7 +56,7 @@ from worker.decide.fast_aligned import (
     values_key,
 )
 from worker.decide.fast_batch import Assembly
-from worker.decide.fast_context import ShapeColumns, TextColumns
+from worker.decide.fast_context import FlagColumns, ShapeColumns, TextColumns
 from worker.decide.fast_kinds import CROSSED, MATCHES, SINGLE, SPLIT, unsupported
 from worker.decide.fast_matches import MatchColumns, place_matches
 from worker.decide.state_walk import (
@@ -164,6 +164,7 @@ class FastEncoder:
             self.pairs["W"], crossing if self.crossed else {}, self.pairs["TS"]
         )
         self.shape_columns = ShapeColumns(self.index)
+        self.flag_columns = FlagColumns(self.index)
 
     # ---- the matrices ---------------------------------------------------------------------------
     def raw(self, rows: Sequence[tuple[str, Sequence[str]]]) -> tuple[np.ndarray, list[int]]:
@@ -418,12 +419,11 @@ class FastEncoder:
                             values.append(count)
             flat += map(row_at.__add__, f)
             values += f.values()
-        # The context's numbers (`C:`), shared features and list shapes (`context.list_shapes`),
-        # the same for every candidate (their kinds are none of a candidate's own: they are
-        # written first); then what the parts alone give, the comparisons, the id ranks
-        # (`ids.id_number_ranks`: the ids alone give them) and the kept ranks of the text
-        # matches (`aligned.ranks`), in the order `Assembly` writes them.
+        # The context's numbers and strings (`C:`, `CS:`), shared features and list shapes, the
+        # same for every candidate (no candidate's own kind: written first); then the parts'
+        # own, the comparisons, the id ranks and the text matches' ranks, as `Assembly` does.
         common = dict(c_place)
+        common.update(self.flag_columns(ctx_strings, ctx_sets, grids))
         common.update(shared_cols)
         if layout is not None:
             common.update(self.shape_columns(leaves.shapes))

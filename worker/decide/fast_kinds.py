@@ -51,6 +51,7 @@ KNOWN = frozenset(
         "AT",
         "RUN",
         "C",
+        "CS",
         "L",
         "DUP",
         "LD",

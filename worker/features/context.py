@@ -5,8 +5,10 @@
   several words as text too (`text.py`); lists of strings as a set, in order, as a grid when
   they are lines of cells (`cells.py`) and as text when some items are.
 - **Context**: the leaves outside every candidate's aligned parts. `C:<c>` a context number (the
-  first `MAX_CONTEXT`); `L:`, `DUP:`, `LD:` the shapes of its lists (length, repeats, length
-  differences: what a set of items alone cannot show); `VD:` two short number lists item by item
+  first `MAX_CONTEXT`); `CS:<c>:<value>` a context string's value, or an item of a context list
+  of strings, as a flag (a phase, a mode, the keys held: a category no number spells); `L:`,
+  `DUP:`, `LD:` the shapes of its lists (length, repeats, length differences: what a set of
+  items alone cannot show); `VD:` two short number lists item by item
   (`goal` less `pos`); `IDX:`/`IDXE:` where a name of the candidate stands in a list of strings;
   `X:` a context word or cell as one candidate sees it.
 """
@@ -14,16 +16,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
-from worker.features.cells import Grid, is_grid
+from worker.features.cells import Grid, is_cells, is_grid
 from worker.features.kinds import Features, name, start
 from worker.features.text import SHORT, Text, is_text
 from worker.features.values import Value, number_of
 
 MAX_LIST_INDEX = 8  # numbers of a list beyond this index are left out (order kept up to it)
 MAX_LISTS = 8  # lists whose shapes (length, repeats, length differences) a row reports
+MAX_FLAGGED = 16  # items of a context list of strings flagged (`CS:`), the first in sorted order
 MAX_CROSSED_CANDIDATES = 8  # context features are crossed with the candidate up to this many
 _CROSSED = (start("W"), start("WIN"))  # the context features crossed (words: not their pairs)
 
@@ -107,6 +110,35 @@ def inside(path: str, roots: set[str]) -> bool:
 def context_leaves(state: Any, aligned_roots: set[str]) -> list[tuple[str, Value]]:
     """Leaves of the state outside every candidate's aligned parts."""
     return [(p, v) for p, v in leaves(state) if not inside(p, aligned_roots)]
+
+
+def string_flags(
+    strings: Iterable[tuple[str, str]],
+    sets: Iterable[tuple[str, frozenset[str]]],
+    grids: Collection[str],
+) -> Features:
+    """`CS:<c>:<value>`: each context string that reads as a category (`_category`) as a
+    flag, and likewise those among the first MAX_FLAGGED items (in sorted order) of each context
+    list of strings (a grid's lines are cells, read by `cells.py`). Without them a category the
+    state spells in a word (`keys: "a"` once a key is held, `phase: "draining"`) is no feature
+    at all: only the comparisons with a candidate's own strings read it."""
+    f: Features = {}
+    for path, value in strings:
+        if _category(value):
+            f[name("CS", path, value)] = 1.0
+    for path, items in sets:
+        if path in grids:
+            continue
+        for item in sorted(items)[:MAX_FLAGGED]:
+            if _category(item):
+                f[name("CS", path, item)] = 1.0
+    return f
+
+
+def _category(value: str) -> bool:
+    """A string read as a category: one word, not empty, and not a line of cells (a machine's
+    time slots `".m.m..."`, read by position: `cells.py`)."""
+    return bool(value) and not is_text(value) and not (is_cells(value) and not value.isalnum())
 
 
 def list_places(lists: list[tuple[str, tuple[str, ...]]], names: set[str]) -> Features:

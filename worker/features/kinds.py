@@ -8,7 +8,7 @@ nested names included. `docs/state-rules.md` lists this table (a test checks the
 Placeholders of a form: `<name>` is itself a feature name (explained in turn); the others are
 paths in the state (`<a>` an aligned one with the candidate's key as `*`, `<c>` a context one,
 `<list>`, `<line>`, `<text>`, `<grid>`, `<dict>`) or small parts (`<k>` the k-th number of an id,
-`<piece>`, `<word>`, `<stat>`, `<symbol>`, `<anchor>`, `<dx>`, `<dy>`, `<i>`, `<verb>`).
+`<piece>`, `<word>`, `<value>`, `<stat>`, `<symbol>`, `<anchor>`, `<dx>`, `<dy>`, `<i>`, `<verb>`).
 """
 
 from __future__ import annotations
@@ -158,6 +158,10 @@ KINDS: tuple[Kind, ...] = (
     ),
     # context.py: what is the same for every candidate of the row
     _row(("C:<c>", "C:budget_left", "number", "context", "context"), "the context number {c}"),
+    _row(
+        ("CS:<c>:<value>", "CS:phase:draining", "flag", "context", "context"),
+        "the context string {c} is {value}, or the context list of strings {c} holds it",
+    ),
     _row(
         ("L:<list>", "L:jobs", "number", "context", "context"),
         "the length of the context list {list}",

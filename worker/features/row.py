@@ -81,6 +81,11 @@ def candidate_features(state: Any, tools: list[str]) -> list[Features]:
         grids, lists, [(p, v) for p, v in context if isinstance(v, str | frozenset)], tools
     )
     shared.update(cx.list_differences(lists))
+    flags = cx.string_flags(
+        [(p, v) for p, v in context if isinstance(v, str)],
+        [(p, v) for p, v in context if isinstance(v, frozenset)],
+        {p for p, _ in grids},
+    )
 
     # Per aligned number, its values over the row's candidates (for ranks and distances).
     columns: dict[str, list[float]] = {}
@@ -98,6 +103,7 @@ def candidate_features(state: Any, tools: list[str]) -> list[Features]:
         al.compared(own, ctx_numbers, f)
         for cpath, cvalue in ctx_numbers:
             f[name("C", cpath)] = float(cvalue)
+        f.update(flags)
         al.name_in(context, names[i], f)
         f.update(cx.list_places(ctx_lists, names[i]))
         f.update(matches[i])
