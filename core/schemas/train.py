@@ -131,9 +131,13 @@ class TrmTrainerConfig(StrictModel):
         "column of the feature space (docs/quality.md: on verify's 15 judging rows 0.646 with "
         "every column, 0.855 with 32, 0.829 with 64).",
     )
-    select_by: Literal["accuracy", "loss", "auc"] = Field(
+    select_by: Literal["accuracy", "accuracy_1se", "loss", "auc"] = Field(
         default="accuracy",
         description="Which val figure picks the epoch kept: `accuracy` (ties: the lower loss); "
+        "`accuracy_1se`, the latest epoch within one binomial standard error of the best val "
+        "accuracy (sqrt(p(1-p)/n) at the best p over n val rows: where the val worlds are "
+        "answered well from the first epochs, the more trained epoch rather than the first "
+        "peak; docs/quality.md: grid +0.011, verify -0.035 on fresh seeds); "
         "where the score is a ranking across rows (a router swept by threshold), not the pick of "
         "each, `auc` (per row, the share of the labelled candidate's wrong instances in other "
         "rows it outscores: for two candidates the ROC AUC; ties: the lower loss) or `loss`.",

@@ -1,5 +1,6 @@
 """How the trm picks the epoch it keeps: by ranking AUC, for a router swept by threshold, the
-epoch whose scores rank the val rows best is kept even where another picks more rows right."""
+epoch whose scores rank the val rows best is kept even where another picks more rows right; by
+`accuracy_1se`, the latest epoch within a standard error of the best val accuracy."""
 
 from __future__ import annotations
 
@@ -63,4 +64,25 @@ def test_select_by_auc_keeps_the_best_ranking_epoch_over_the_most_accurate(tmp_p
     assert result["best_epoch"] == callbacks.evals[kept]["epoch"]
     # Selecting by accuracy would have kept another epoch: this one ranks better, picks worse.
     assert accuracies[kept] < max(accuracies)
+    assert result["eval"]["val_accuracy"] == pytest.approx(accuracies[kept], abs=1e-4)
+
+
+def test_select_by_accuracy_1se_keeps_the_latest_epoch_within_a_standard_error_of_the_best(
+    tmp_path,
+) -> None:
+    corpus = write_router_corpus(tmp_path / "corpus")
+    callbacks = TrainerCallbacks()
+    config = {"select_by": "accuracy_1se", "epochs": 8, "patience": 8, "hidden": 16}
+    result = train(config, corpus, tmp_path / "trm", callbacks, seed=0)
+    accuracies = [e["val_accuracy"] for e in callbacks.evals]
+    n = len((corpus / "val.jsonl").read_text().splitlines())
+    kept, peak = 0, -1.0
+    for i, score in enumerate(accuracies):
+        peak = max(peak, score)
+        if score >= peak - (peak * (1 - peak) / n) ** 0.5:
+            kept = i
+    assert result["best_epoch"] == callbacks.evals[kept]["epoch"]
+    # The most accurate epoch comes earlier: plain `accuracy` would have kept a less trained one.
+    first_best = accuracies.index(max(accuracies))
+    assert first_best < kept
     assert result["eval"]["val_accuracy"] == pytest.approx(accuracies[kept], abs=1e-4)

@@ -436,7 +436,9 @@ def _select(
     `select_by="accuracy"`: the higher val accuracy, or the same at a lower val loss (a few
     hundred val rows make accuracy coarse: ties are common, and the first of them is often an
     undertrained epoch); while the val accuracy has not moved since the first epoch (and is
-    below 1), the latest epoch is kept and training goes on. `"loss"`: the lower val loss.
+    below 1), the latest epoch is kept and training goes on. `"accuracy_1se"`: the latest epoch
+    whose val accuracy is within one binomial standard error of the best so far (epochs since
+    then count towards `patience`). `"loss"`: the lower val loss.
     `"auc"`: the higher ranking AUC (`ranking_auc`), ties to the lower loss; by accuracy where
     the AUC has no pairs. With no val split every epoch is kept: the last one wins. Epochs since
     the best."""
@@ -451,6 +453,11 @@ def _select(
     lower = loss is not None and loss < (best.get("loss") or math.inf)
     if select_by == "loss" and loss is not None:
         better = lower
+    elif select_by == "accuracy_1se" and score is not None:
+        # The latest epoch within one binomial standard error of the best val accuracy so far:
+        # a val split too small to tell close epochs apart keeps the more trained one.
+        peak = best["peak"] = max(float(best.get("peak", -1.0)), score)
+        better = score >= peak - math.sqrt(peak * (1.0 - peak) / len(val))
     elif select_by == "auc" and auc is not None:
         top = best.get("auc")
         better = top is None or auc > top or (auc == top and lower)
