@@ -8,7 +8,7 @@ import json
 import random
 from pathlib import Path
 
-from tests.train.test_features import write
+from tests.train.test_features import write_worlds
 from tests.train.tiny import tiny_trm
 from worker.features import explain
 from worker.features.row import row_features
@@ -63,9 +63,7 @@ def test_a_choice_decided_only_by_a_category_and_a_tag_is_learned_for_unseen_wor
     tmp_path: Path,
 ) -> None:
     rng = random.Random(0)
-    write(tmp_path / "c", "train", [door_row(rng, w % 4) for w in range(240)])
-    write(tmp_path / "c", "val", [door_row(rng, 4) for _ in range(60)])
-    unseen = [door_row(rng, 5) for _ in range(200)]
+    unseen = write_worlds(tmp_path / "c", door_row, rng, 200)
     trm.train(tiny_trm(30), tmp_path / "c", tmp_path / "trm", TrainerCallbacks(), seed=0)
     read = set(FeatureSpace.load(tmp_path / "trm" / "features.json").names)
     assert {"CS:door.phase:open", "CS:visitor.tags:pass"} <= read, read

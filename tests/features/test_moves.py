@@ -8,7 +8,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from tests.features.test_text import TINY, accuracy, write
+from tests.features.test_text import TINY, accuracy
+from tests.train.test_features import write_worlds
 from worker.features.cells import direction_of
 from worker.features.kinds import explain
 from worker.features.row import row_features
@@ -88,8 +89,6 @@ def coin_row(rng: random.Random, world: int) -> dict[str, Any]:
 
 def test_a_choice_decided_only_by_the_cell_a_move_enters_is_learned(tmp_path: Path) -> None:
     rng = random.Random(0)
-    write(tmp_path / "c", "train", [coin_row(rng, w % 4) for w in range(240)])
-    write(tmp_path / "c", "val", [coin_row(rng, 4) for _ in range(60)])
-    held_out = [coin_row(rng, 5) for _ in range(100)]
+    held_out = write_worlds(tmp_path / "c", coin_row, rng, 100)
     trm.train(TINY, tmp_path / "c", tmp_path / "trm", TrainerCallbacks(), seed=0)
     assert accuracy(tmp_path / "trm", "trm", held_out) == 1.0

@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from tests.train.test_features import write_worlds
 from tests.train.tiny import tiny_trm
 from worker.evaluate.policies import load_policy
 from worker.models.feature_space import row_features
@@ -37,11 +38,6 @@ HARD = ["prove", "theorem", "derive", "optimize", "refactor", "integral"]
 EASY = ["hello", "thanks", "weather", "joke", "greeting", "recipe"]
 
 
-def write(root: Path, split: str, rows: list[dict[str, Any]]) -> None:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
 def accuracy(folder: Path, kind: str, rows: list[dict[str, Any]]) -> float:
     policy = load_policy({"type": kind, "path": str(folder)})
     scores = policy.scores_batch([r["state"] for r in rows], [r["tools"] for r in rows])
@@ -67,9 +63,7 @@ def test_a_routing_decided_only_by_the_prompts_words_is_learned_by_both_learners
     tmp_path: Path,
 ) -> None:
     rng = random.Random(0)
-    write(tmp_path / "c", "train", [prompt_row(rng, w % 4) for w in range(240)])
-    write(tmp_path / "c", "val", [prompt_row(rng, 4) for _ in range(60)])
-    held_out = [prompt_row(rng, 5) for _ in range(100)]
+    held_out = write_worlds(tmp_path / "c", prompt_row, rng, 100)
     assert any(len(json.loads(r["state"])["request"]) > 64 for r in held_out)
     assert any(len(json.loads(r["state"])["request"]) <= 64 for r in held_out)
     gbdt.train({}, tmp_path / "c", tmp_path / "gbdt", TrainerCallbacks(), seed=0)

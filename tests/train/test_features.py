@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,16 @@ VERDICTS = ["verdict:accept", "verdict:reject"]
 def write(root: Path, split: str, rows: list[dict]) -> None:
     root.mkdir(parents=True, exist_ok=True)
     (root / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def write_worlds(
+    root: Path, row: Callable[[random.Random, int], dict], rng: random.Random, unseen: int
+) -> list[dict]:
+    """A corpus of `row(rng, world)` rows: train 240 from worlds 0-3 in turn, val 60 from world
+    4; `unseen` rows of world 5 are returned, to score on."""
+    write(root, "train", [row(rng, w % 4) for w in range(240)])
+    write(root, "val", [row(rng, 4) for _ in range(60)])
+    return [row(rng, 5) for _ in range(unseen)]
 
 
 def proposal_row(rng: random.Random) -> dict:
