@@ -73,19 +73,15 @@ def candidate_features(state: Any, tools: list[str]) -> list[Features]:
     lists = cx.number_lists(context)
     shared = tx.context_features(readings)
     grids = [(p, v) for p, v in context if isinstance(v, Grid)]
+    strings = [(p, v) for p, v in context if isinstance(v, str)]
     shared.update(window_features(grids, lists))
-    shared.update(
-        walk_features(grids, lists, ctx_lists, [(p, v) for p, v in context if isinstance(v, str)])
-    )
+    shared.update(walk_features(grids, lists, ctx_lists, strings))
     moves = move_features(
         grids, lists, [(p, v) for p, v in context if isinstance(v, str | frozenset)], tools
     )
     shared.update(cx.list_differences(lists))
-    flags = cx.string_flags(
-        [(p, v) for p, v in context if isinstance(v, str)],
-        [(p, v) for p, v in context if isinstance(v, frozenset)],
-        {p for p, _ in grids},
-    )
+    sets = [(p, v) for p, v in context if isinstance(v, frozenset)]
+    flags = cx.string_flags(strings, sets, {p for p, _ in grids})
 
     # Per aligned number, its values over the row's candidates (for ranks and distances).
     columns: dict[str, list[float]] = {}
