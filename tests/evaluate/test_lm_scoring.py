@@ -60,6 +60,20 @@ def trained(smol_adapter: SmolAdapter) -> tuple[LmPolicy, list[dict[str, Any]], 
     return policy, rows, ref
 
 
+@pytest.fixture(scope="module")
+def float32(trained) -> LmPolicy:
+    """The same adapter loaded again computing in float32 (once for the module's two checks of
+    exact log-likelihoods): a row scored alone, beside others or in one whole pass rounds alike.
+    Only the batching check scores with it; the other wraps its model in policies of its own."""
+    _, _, ref = trained
+    with pytest.MonkeyPatch.context() as patch:
+        float32 = (lm.device_and_dtype()[0], torch.float32)
+        patch.setattr(lm, "device_and_dtype", lambda *args: float32)
+        policy = load_policy(ref)
+    assert isinstance(policy, LmPolicy) and policy.dtype == torch.float32
+    return policy
+
+
 def test_scoring_picks_what_greedy_generation_answers_on_a_trained_adapter(trained):
     policy, rows, _ = trained
     scores = policy.scores_batch([r["state"] for r in rows], [r["tools"] for r in rows])
@@ -71,12 +85,9 @@ def test_scoring_picks_what_greedy_generation_answers_on_a_trained_adapter(train
     assert same >= 0.95 * len(rows), f"same pick on {same}/{len(rows)}: {generated} vs {scored}"
 
 
-def test_scores_are_the_trained_answers_log_likelihood_in_one_pass_per_batch(trained, monkeypatch):
-    _, rows, ref = trained
-    float32 = (lm.device_and_dtype()[0], torch.float32)
-    monkeypatch.setattr(lm, "device_and_dtype", lambda *args: float32)
-    policy = load_policy(ref)  # the same adapter, computing in float32
-    assert isinstance(policy, LmPolicy) and policy.dtype == torch.float32
+def test_scores_are_the_trained_answers_log_likelihood_in_one_pass_per_batch(trained, float32):
+    _, rows, _ = trained
+    policy = float32  # the same adapter, computing in float32
     fresh = LmPolicy(
         policy.model, policy.tokenizer, "action_only", "fresh", policy.model_hash, rows_per_batch=3
     )  # 4 rows: two batches, the second one short
@@ -104,12 +115,10 @@ def test_scores_are_the_trained_answers_log_likelihood_in_one_pass_per_batch(tra
                 assert score == pytest.approx(full, abs=near, rel=rel)
 
 
-def test_a_batch_is_split_by_its_attention_and_scores_the_same(trained, monkeypatch):
-    _, rows, ref = trained
-    float32 = (lm.device_and_dtype()[0], torch.float32)
-    monkeypatch.setattr(lm, "device_and_dtype", lambda *args: float32)
-    policy = load_policy(ref)  # float32: a row scored alone or beside others rounds alike
-    assert isinstance(policy, LmPolicy) and policy.max_seq_len == TRAINED_SEQ_LEN
+def test_a_batch_is_split_by_its_attention_and_scores_the_same(trained, float32):
+    _, rows, _ = trained
+    policy = float32  # float32: a row scored alone or beside others rounds alike
+    assert policy.max_seq_len == TRAINED_SEQ_LEN
     states, tools = [r["state"] for r in rows], [r["tools"] for r in rows]
     together = policy.scores_batch(states, tools)
     assert policy.forward_passes == 2  # the shared prefix, then every row in one pass
