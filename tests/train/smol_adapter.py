@@ -11,7 +11,7 @@ logits) is written down there, in `record.json` and `logits.pt`.
 The training is as cheap as still teaches the model to answer with a candidate id: `route` play
 logs as short states (two of the request's fields), route tags shared across worlds, 3 steps of 4
 rows under 160 tokens (the val loss falls to about a tenth in them), a val loss before and after
-on 8 of the val rows, a world (ANCHOR) kept unseen.
+on 4 of the val rows, a world (ANCHOR) kept unseen.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ TRAINING = {
     "max_seq_len": 160,
     "eval_every": 3,
     "checkpoint_every": 3,
-    "eval_rows": 8,
+    "eval_rows": 4,
 }
 STATE_FIELDS = ["observation.request.prompt_text", "observation.budget_left"]
 PROMPT_TOKENS = 96  # the last tokens of the first train row's prompt, for the logits kept

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.train.qlora_fixtures import TINY_LLAMA, model_cache, qlora_corpus  # noqa: F401
-from tests.train.smol_adapter import is_lora, smol_adapter  # noqa: F401
+from tests.train.smol_adapter import TRAINING, is_lora, smol_adapter  # noqa: F401
 
 # ruff: noqa: F811 (pytest fixtures imported above are named as test arguments)
 from worker.context import StageFailure
@@ -433,7 +433,7 @@ def test_the_adapter_reloads_onto_a_4bit_base_with_the_same_logits(smol_adapter)
 
     meta = json.loads((out / "run_meta.json").read_text())
     assert meta["seed"] == 0 and meta["hyperparameters"]["r"] == 16
-    assert meta["resolved"]["eval_rows"] == 8  # the config's eval_rows, of 19 val rows
+    assert meta["resolved"]["eval_rows"] == TRAINING["eval_rows"] == 4  # of 19 val rows
     assert len(meta["messages_sha256"]["train"]) == 64
     assert set(meta["versions"]) >= {"torch", "transformers", "peft", "bitsandbytes"}
     assert str(adapter) in smol_adapter.result["artifacts"]
