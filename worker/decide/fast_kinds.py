@@ -7,7 +7,7 @@ from __future__ import annotations
 from worker.models.feature_space import FORMAT as SPACE_FORMAT
 from worker.models.feature_space import FeatureSpace
 
-FORMAT = "trm-features/5"  # the feature space format whose assembly this module re-states
+FORMAT = "trm-features/6"  # the feature space format whose assembly this module re-states
 MATCHES = ("TO:", "TC:", "TCOS:", "TN:")
 CROSSED = ("W:", "WIN:")  # context.crossed's kinds
 # Kinds whose names are split into parts here; the rest (cells, grids, lists, plans, id ranks)

@@ -58,19 +58,13 @@ def leaves(obj: Any, path: str = "") -> Iterator[tuple[str, Value]]:
 
 def nested(obj: Any) -> Any:
     """A state flattened to dotted keys (`state_compression: minimal` writes
-    `{"routes.TRM_ONLY.cost": 1, ...}`: every value a leaf) read as the nested object it came
-    from. Other states are left as they are: a dotted key there is a name (`route.local`)."""
+    `{"routes.TRM_ONLY.cost": 1, "requests": [{...}], ...}`: objects opened down to their
+    leaves, lists kept whole, whatever they hold) read as the nested object it came from. Other
+    states are left as they are: where a value is an object, a dotted key is a name
+    (`route.local`)."""
     if not isinstance(obj, dict) or not any("." in str(k) for k in obj):
         return obj
-    if any(
-        isinstance(v, dict)
-        or (
-            isinstance(v, list)
-            and v
-            and not all(isinstance(x, str | int | float | bool) for x in v)
-        )
-        for v in obj.values()
-    ):
+    if any(isinstance(v, dict) for v in obj.values()):
         return obj
     out: dict[str, Any] = {}
     for key, value in obj.items():

@@ -164,12 +164,9 @@ def _find_plan(node: Any) -> tuple[dict[str, Any], str, dict[str, Any], set[str]
     for key, value in node.items():
         if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
             for tags_key, tags in node.items():
-                if (
-                    isinstance(tags, dict)
-                    and all(isinstance(t, str) for t in tags.values())
-                    and all(v in tags for v in value)
-                ):
-                    return node, str(key), tags, {str(tags_key)}
+                spelled = _spellings(tags, value)
+                if spelled is not None:
+                    return node, str(key), spelled, {str(tags_key)}
             flat = _flat_tags(node, str(key), value)
             if flat is not None:
                 prefix, spelled = flat
@@ -178,6 +175,32 @@ def _find_plan(node: Any) -> tuple[dict[str, Any], str, dict[str, Any], set[str]
         if (found := _find_plan(value)) is not None:
             return found
     return None
+
+
+def _spellings(tags: Any, plan: list[str]) -> dict[str, Any] | None:
+    """Each name's spelling where `tags` is a dict of strings alone that spells every name of
+    the plan: by the name as a key, or by a dotted name's parts as the keys down to it (a
+    `minimal` state read back nested spells `T1.cpu2` as `{"T1": {"cpu2": ...}}`); else None."""
+    if not isinstance(tags, dict) or not _strings_alone(tags):
+        return None
+    spelled: dict[str, Any] = {}
+    for item in plan:
+        node: Any = tags.get(item)
+        if node is None:
+            node = tags
+            for part in item.split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, str):
+            return None
+        spelled[item] = node
+    return spelled
+
+
+def _strings_alone(node: dict[str, Any]) -> bool:
+    return all(
+        isinstance(v, str) or (isinstance(v, dict) and v and _strings_alone(v))
+        for v in node.values()
+    )
 
 
 def _flat_tags(

@@ -44,7 +44,9 @@ MAX_WORDS = 2048  # words of the context's texts (`W:`), the most frequent
 # /4: plans read step by step (plans.py), aligned fields looked up by a context string
 # /5: text read as words and matched with the candidates', grids read around their anchors,
 # lists of strings in order
-FORMAT = "trm-features/5"
+# /6: a state flattened to dotted keys read back nested also where a list holds objects (the
+# collections, alignments and plans of a `minimal` state read as the `full` one's)
+FORMAT = "trm-features/6"
 _UNSAFE = re.compile(r"[^0-9A-Za-z_]+")
 WORDS = (kinds.start("W"), kinds.start("X") + kinds.start("W"))
 # Cells around a grid's anchors crossed with the candidate: many per row, and a model that reads
