@@ -225,3 +225,20 @@ def test_a_stage_process_loads_only_its_own_kind() -> None:
     loaded, names = out.stdout.splitlines()
     assert loaded == "['worker.kinds.base', 'worker.kinds.train']"
     assert names == str(sorted(KINDS))
+
+
+def test_lightgbm_loads_without_its_scikit_learn_and_pandas_adapters() -> None:
+    """The gbdt trainer, the gbdt policy and the trm's screen import LightGBM through
+    worker/models/lgbm.py: a stage's child process skips scikit-learn, scipy.stats and pandas
+    (over a second of its start), and the two packages import as usual afterwards."""
+    code = (
+        "import sys; from worker.models.lgbm import lightgbm; "
+        "print(sorted({'sklearn', 'pandas', 'scipy.stats'} & set(sys.modules))); "
+        "import sklearn, pandas; "
+        "print(lightgbm.Booster.__name__, sklearn.__name__, pandas.__name__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["[]", "Booster sklearn pandas"]

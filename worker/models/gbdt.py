@@ -57,7 +57,7 @@ def save(folder: Path, booster: Any, space: FeatureSpace) -> list[Path]:
 
 
 def load(folder: Path) -> GbdtPolicy:
-    import lightgbm
+    from worker.models.lgbm import lightgbm
 
     files = model_files(folder, [GBDT_MODEL, FEATURES], "gbdt")
     booster = lightgbm.Booster(model_str=files[0].read_text())

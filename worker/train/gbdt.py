@@ -60,7 +60,7 @@ def fit(
 ) -> tuple[Any, FeatureSpace, dict[str, Any]]:
     """(the booster, its feature space, what happened): also used in-process by the scorecard's
     reference learner."""
-    import lightgbm
+    from worker.models.lgbm import lightgbm
 
     try:
         cfg = GbdtTrainerConfig.model_validate(config).model_dump()
@@ -118,7 +118,7 @@ def features_by_gain(gains: Any, names: list[str], k: int) -> list[dict[str, Any
 
 
 def _reporter(callbacks: TrainerCallbacks, total: int, stopped: dict[str, Any]) -> Any:
-    import lightgbm
+    from worker.models.lgbm import lightgbm
 
     def report(env: Any) -> None:
         step = env.iteration + 1

@@ -59,7 +59,7 @@ def screen_gains(
 ) -> np.ndarray:
     """Each column's total split gain in a LightGBM ranker fitted on `rows` (early-stopped on
     `val` when there is one): what the screen ranks by."""
-    import lightgbm
+    from worker.models.lgbm import lightgbm
 
     x, groups, y = with_phantoms(space, rows)
     params = ranker_params(RANKER.model_dump(), seed)
