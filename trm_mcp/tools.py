@@ -23,7 +23,13 @@ from trm_mcp.tool_base import FULL, RUN_ID, Tool, compact, obj, short
 # Hermes gives each tool call 300 s; an answer after that is lost, so waits stop well before.
 WAIT_CAP_S = 280
 WAIT_DEFAULT_S = 240
-POLL_S = 2.0
+# wait_for_run asks for the run every POLL_FIRST_S at first, then less often, up to POLL_S apart:
+# a short run's end is seen within a fraction of a second, a long run costs the API 2 reads a
+# second. (Not the run's event stream: inside the API, /mcp's calls go through httpx's ASGI
+# transport, which hands back a response only once its body has ended.)
+POLL_FIRST_S = 0.1
+POLL_S = 0.5
+POLL_GROWTH = 1.3
 ARTIFACT_CAP = 64 * 1024  # the most one read_artifact call returns
 ARTIFACT_PAGE = 8 * 1024  # its default: an agent's context is the budget; it pages with offset
 RUN_FIELDS = (
@@ -196,11 +202,13 @@ def next_step(run: dict[str, Any]) -> str:
 async def wait_for_run(api: Api, args: dict[str, Any]) -> Any:
     timeout = min(float(args.get("timeout_s") or WAIT_DEFAULT_S), WAIT_CAP_S)
     deadline = time.monotonic() + timeout
+    pause = POLL_FIRST_S
     while True:
         run = await api.json("GET", f"/runs/{args['run_id']}")
         if run["status"] in TERMINAL_STATUSES or time.monotonic() >= deadline:
             break
-        await asyncio.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+        await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(POLL_S, pause * POLL_GROWTH)
     card = await card_text(api, args["run_id"])
     done = run["status"] in TERMINAL_STATUSES
     return {"run": brief(run), "finished": done, "card": card, "next": next_step(run)}
