@@ -199,10 +199,7 @@ def test_processes_load_only_their_floors(entry: str, refused: tuple[str, ...]) 
         f"import sys, {entry}; "
         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(refused)!r}))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0, out.stderr
+    out = _python(code)
     assert out.stdout.strip() == "[]", f"importing {entry} loaded {out.stdout.strip()}"
 
 
@@ -218,10 +215,7 @@ def test_a_stage_process_loads_only_its_own_kind() -> None:
         "print(sorted(m for m in sys.modules if m.startswith('worker.kinds.'))); "
         "print(sorted(k.name for k in KINDS.values()))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0, out.stderr
+    out = _python(code)
     loaded, names = out.stdout.splitlines()
     assert loaded == "['worker.kinds.base', 'worker.kinds.train']"
     assert names == str(sorted(KINDS))
@@ -237,8 +231,14 @@ def test_lightgbm_loads_without_its_scikit_learn_and_pandas_adapters() -> None:
         "import sklearn, pandas; "
         "print(lightgbm.Booster.__name__, sklearn.__name__, pandas.__name__)"
     )
+    out = _python(code)
+    assert out.stdout.splitlines() == ["[]", "Booster sklearn pandas"]
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    """`code` run by a fresh interpreter in the repository (what it imports is its own)."""
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["[]", "Booster sklearn pandas"]
+    return out
