@@ -158,7 +158,8 @@ def _plan(state: Any) -> tuple[list[str], dict[str, Any], str | None] | None:
 def _find_plan(node: Any) -> tuple[dict[str, Any], str, dict[str, Any], set[str]] | None:
     """(the dict holding a plan, the plan's key, the names' spellings, the keys that hold
     them): a dict beside the plan, or that dict flattened to dotted keys beside it (`tags.a`,
-    `tags.b` for `["a", "b"]`, as a `minimal` state that `context.nested` left flat has it)."""
+    `tags.b` for `["a", "b"]`: a state `context.nested` leaves flat, one that holds an object
+    beside its dotted keys; a `minimal` state is read back nested before it gets here)."""
     if not isinstance(node, dict):
         return None
     for key, value in node.items():
@@ -181,7 +182,7 @@ def _spellings(tags: Any, plan: list[str]) -> dict[str, Any] | None:
     """Each name's spelling where `tags` is a dict of strings alone that spells every name of
     the plan: by the name as a key, or by a dotted name's parts as the keys down to it (a
     `minimal` state read back nested spells `T1.cpu2` as `{"T1": {"cpu2": ...}}`); else None."""
-    if not isinstance(tags, dict) or not _strings_alone(tags):
+    if not isinstance(tags, dict):
         return None
     spelled: dict[str, Any] = {}
     for item in plan:
@@ -193,7 +194,8 @@ def _spellings(tags: Any, plan: list[str]) -> dict[str, Any] | None:
         if not isinstance(node, str):
             return None
         spelled[item] = node
-    return spelled
+    # Checked last: the names' lookups turn most dicts down before the whole dict is walked.
+    return spelled if _strings_alone(tags) else None
 
 
 def _strings_alone(node: dict[str, Any]) -> bool:
