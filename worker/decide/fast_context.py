@@ -127,6 +127,15 @@ class FlagColumns:
 
     def __init__(self, index: Mapping[str, int]) -> None:
         self.columns = {n: j for n, j in index.items() if n.startswith(start("CS"))}
+        # Every path a kept name may be read as (`CS:<path>:<value>`, split at each colon): a
+        # list of strings under no such path has no item to look up.
+        self.paths: set[str] = set()
+        for n in self.columns:
+            body = n[len(start("CS")) :]
+            at = body.find(":")
+            while at != -1:
+                self.paths.add(body[:at])
+                at = body.find(":", at + 1)
 
     def __call__(
         self,
@@ -134,7 +143,23 @@ class FlagColumns:
         sets: list[tuple[str, frozenset[str]]],
         grids: list[tuple[str, Any]],
     ) -> dict[int, float]:
+        """`string_flags` looked up first and read as categories after: only a kept name's
+        value is asked whether it is one (the general code asks every string)."""
         if not self.columns:
             return {}
-        flags = cx.string_flags(strings, sets, {p for p, _ in grids})
-        return {j: 1.0 for n in flags if (j := self.columns.get(n)) is not None}
+        out: dict[int, float] = {}
+        get, category = self.columns.get, cx.category
+        for path, value in strings:
+            j = get(name("CS", path, value))
+            if j is not None and category(value):
+                out[j] = 1.0
+        paths = self.paths
+        grid_paths = {p for p, _ in grids} if grids else ()
+        for path, items in sets:
+            if path not in paths or path in grid_paths:
+                continue
+            for item in sorted(items)[: cx.MAX_FLAGGED]:
+                j = get(name("CS", path, item))
+                if j is not None and category(item):
+                    out[j] = 1.0
+        return out

@@ -111,25 +111,25 @@ def string_flags(
     sets: Iterable[tuple[str, frozenset[str]]],
     grids: Collection[str],
 ) -> Features:
-    """`CS:<c>:<value>`: each context string that reads as a category (`_category`) as a
+    """`CS:<c>:<value>`: each context string that reads as a category (`category`) as a
     flag, and likewise those among the first MAX_FLAGGED items (in sorted order) of each context
     list of strings (a grid's lines are cells, read by `cells.py`). Without them a category the
     state spells in a word (`keys: "a"` once a key is held, `phase: "draining"`) is no feature
     at all: only the comparisons with a candidate's own strings read it."""
     f: Features = {}
     for path, value in strings:
-        if _category(value):
+        if category(value):
             f[name("CS", path, value)] = 1.0
     for path, items in sets:
         if path in grids:
             continue
         for item in sorted(items)[:MAX_FLAGGED]:
-            if _category(item):
+            if category(item):
                 f[name("CS", path, item)] = 1.0
     return f
 
 
-def _category(value: str) -> bool:
+def category(value: str) -> bool:
     """A string read as a category: one word, not empty, and not a line of cells (a machine's
     time slots `".m.m..."`, read by position: `cells.py`)."""
     return bool(value) and not is_text(value) and not (is_cells(value) and not value.isalnum())
