@@ -5,7 +5,7 @@ and the decision process's memory with many versions promoted.
 
     .venv/bin/python bench/decide.py [--rows N] [--threads N] [--epochs N] [--keep DIR] [--json F]
         [--http-seconds S] [--clients 1,50] [--block N] [--heap kept|default] [--versions 20]
-        [--rounds 3]
+        [--rounds 3] [--decide-workers N]
 
 First, on every row: the decision-time encoder's matrices (worker/decide/fast_encode.py) against
 the general encoder's, bit for bit, and the controller's action against the policy's own
@@ -33,6 +33,8 @@ call by call, torch and the general encoder evict them):
   the clients then take more CPU than the server). The clients run on the same CPU as the
   server, and send back to back: at 50 clients a request's p99 is at least 50 / (requests/s)
   (Little's law), printed as the HTTP row's ceiling.
+- processes: `--decide-workers N` runs the server as `trm decide-server --workers N` (its CPU
+  and memory are then the N processes' together).
 - memory: `--versions` versions of one name (`bench-many`, the trm and the gbdt in turn) in the
   same registry, each decided `--rounds` times round-robin (pinned, `bench-many@k`): the
   process's resident memory at start, after the HTTP runs and after each round, and how many
@@ -288,6 +290,12 @@ def main() -> int:
         help="kept: glibc's malloc keeps its memory as the decision process has it "
         "(worker/decide/heap.py); default: glibc's own thresholds",
     )
+    parser.add_argument(
+        "--decide-workers",
+        type=int,
+        default=1,
+        help="the decision processes `trm decide-server --workers` runs on its port (default 1)",
+    )
     parser.add_argument("--versions", type=int, default=20, help="versions for the memory check")
     parser.add_argument("--rounds", type=int, default=3, help="round-robin passes over them")
     args = parser.parse_args()
@@ -370,6 +378,7 @@ def main() -> int:
             args.versions,
             args.rounds,
             args.http_client,
+            args.decide_workers,
         )
         print(
             f"\n{'trainer':>7} {'clients':>7} | {'requests/s':>10} {'p50 ms':>7} {'p99 ms':>7} | "

@@ -27,6 +27,7 @@ def http_bench(
     versions: int,
     rounds: int,
     client: str = "raw",
+    workers: int = 1,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Each trained model promoted in a fresh SQLite registry, a `trm decide-server` started on
     it, and one-row requests from `clients` concurrent clients (`client`: how they speak HTTP,
@@ -88,7 +89,10 @@ def http_bench(
     env.pop("TRM_API_TOKEN", None)
     log = (workdir / "decide-server.log").open("wb")
     server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "decide-server", "--port", str(port)],
+        [
+            *(sys.executable, "-m", "app.cli", "decide-server", "--port", str(port)),
+            *("--workers", str(workers)),
+        ],
         env=env,
         cwd=ROOT,
         stdout=log,
@@ -144,18 +148,31 @@ def load_average() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def _tree(pid: int) -> list[int]:
+    """A process and its children (`--workers` above 1: uvicorn's processes under its own)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    found = children.read_text().split() if children.exists() else []
+    return [pid, *(int(c) for c in found)]
+
+
 def _cpu_s(pid: int) -> float:
-    """A process's CPU time so far (user and system, all its threads), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """A process's CPU time so far (user and system, all its threads), with its children's, in
+    seconds."""
+    ticks = 0
+    for each in _tree(pid):
+        fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mb(pid: int) -> float:
-    """A process's resident memory (VmRSS) in MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return float("nan")
+    """A process's resident memory (VmRSS) with its children's, in MiB."""
+    kib = 0
+    for each in _tree(pid):
+        for line in Path(f"/proc/{each}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                kib += int(line.split()[1])
+    return round(kib / 1024, 1) if kib else float("nan")
 
 
 def _round_robin(

@@ -292,6 +292,15 @@ class Settings(BaseSettings):
         le=65535,
         description="The port `trm decide-server` listens on.",
     )
+    decide_workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Decision processes `trm decide-server` (and `trm up`) runs on its one "
+        "port, each with its own loaded versions (their memory times N); the kernel hands each "
+        "connection to one of them. On a host of several cores, more of them answer more "
+        "concurrent calls.",
+    )
     decide_cache: int = Field(
         default=8,
         ge=1,

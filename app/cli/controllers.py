@@ -119,6 +119,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--host", default=None, help="its interface (default: TRM_API_HOST or 127.0.0.1)"
     )
     p.add_argument("--port", type=int, default=None, help="its port (default: TRM_DECIDE_PORT)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="decision processes on the one port, each with its own loaded versions "
+        "(default: TRM_DECIDE_WORKERS, 1)",
+    )
     add_fd(p)
     p.set_defaults(func=cmd_decide_server)
 
@@ -268,15 +275,45 @@ def cmd_decide_server(args: argparse.Namespace) -> int:
     settings = get_settings()
     host = args.host or settings.api_host
     port = args.port or settings.decide_port
-    print(f"trm decide-server: on http://{host}:{port}", file=sys.stderr, flush=True)
+    workers = settings.decide_workers if args.workers is None else args.workers
+    if not 1 <= workers <= MAX_DECIDE_WORKERS:
+        print(
+            f"trm decide-server: --workers takes 1 to {MAX_DECIDE_WORKERS} (got {workers})",
+            file=sys.stderr,
+        )
+        return 2
+    # Each process makes its app (`decide_app_from_env`) from the environment: the address it
+    # is bound to goes there, as `trm serve` passes it to its processes.
+    os.environ["TRM_API_HOST"] = host
+    get_settings.cache_clear()
+    print(
+        f"trm decide-server: on http://{host}:{port}"
+        + (f", {workers} processes" if workers > 1 else ""),
+        file=sys.stderr,
+        flush=True,
+    )
     uvicorn.run(
-        decide_app(settings, host),
+        "app.cli.controllers:decide_app_from_env",
+        factory=True,
         **bind_args(host, port, args.fd),
+        workers=workers,
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=3,
     )
     return 0
+
+
+MAX_DECIDE_WORKERS = 64
+
+
+def decide_app_from_env() -> ASGIApp:
+    """`decide_app` of this process's settings, bound where TRM_API_HOST says (each process of
+    `trm decide-server --workers N` makes its own)."""
+    from core.settings import get_settings
+
+    settings = get_settings()
+    return decide_app(settings, settings.api_host)
 
 
 def decide_app(settings: Settings, host: str) -> ASGIApp:

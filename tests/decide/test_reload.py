@@ -1,6 +1,7 @@
-"""Calls to a real decision process (`trm decide-server` under uvicorn, a SQLite registry) while
-its controller's live version moves back and forth and a new version is promoted and loaded:
-every call is answered, in full, by one version, with that version's own decisions."""
+"""Calls to a real decision process (`trm decide-server` under uvicorn, a SQLite registry; one
+process, and two on the one port, `--workers 2`) while its controller's live version moves back
+and forth and a new version is promoted and loaded: every call is answered, in full, by one
+version, with that version's own decisions."""
 
 from __future__ import annotations
 
@@ -55,8 +56,17 @@ class Registry:
             session.commit()
 
 
-@pytest.fixture
-def decider(tmp_path: Path, trm_run: TinyRun, gbdt_run: TinyRun) -> Iterator[tuple[str, Registry]]:
+def serving(pid: int) -> list[int]:
+    """The serving processes `pid` started (uvicorn's, under `--workers`: multiprocessing's
+    spawned children, its resource tracker left out)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(c) for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
+@pytest.fixture(params=[1, 2], ids=["one-process", "two-processes"])
+def decider(
+    request: pytest.FixtureRequest, tmp_path: Path, trm_run: TinyRun, gbdt_run: TinyRun
+) -> Iterator[tuple[str, Registry]]:
     runs_dir = Path(os.path.commonpath([trm_run.root, gbdt_run.root]))
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     upgrade(url)
@@ -68,7 +78,10 @@ def decider(tmp_path: Path, trm_run: TinyRun, gbdt_run: TinyRun) -> Iterator[tup
     env.pop("TRM_API_TOKEN", None)
     log = (tmp_path / "decide-server.log").open("wb")
     server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "decide-server", "--port", str(port)],
+        [
+            *(sys.executable, "-m", "app.cli", "decide-server", "--port", str(port)),
+            *("--workers", str(request.param)),
+        ],
         env=env,
         cwd=ROOT,
         stdout=log,
@@ -85,6 +98,8 @@ def decider(tmp_path: Path, trm_run: TinyRun, gbdt_run: TinyRun) -> Iterator[tup
     try:
         wait_for(up, timeout=90, what="the decision process")
         assert server.poll() is None, (tmp_path / "decide-server.log").read_text()
+        if request.param > 1:  # uvicorn's processes on the one socket, each its own versions
+            assert len(serving(server.pid)) == request.param
         yield base, registry
     finally:
         server.terminate()
