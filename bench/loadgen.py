@@ -101,8 +101,8 @@ class Connection:
             self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
         assert self.reader is not None
         self.writer.write(
-            b"POST %s HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body)
+            b"POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (path.encode(), self.port, len(body), body)
         )
         await self.writer.drain()
         status, headers = await read_head(self.reader)
@@ -168,7 +168,7 @@ async def subscriber(
             reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
             resume = f"Last-Event-ID: {last}\r\n" if last else ""
             writer.write(
-                f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: bench\r\n"
+                f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
                 f"Accept: text/event-stream\r\n{resume}\r\n".encode()
             )
             await writer.drain()
