@@ -40,6 +40,7 @@ from app.routes import (
 from core.db import check_migrated, get_engine
 from core.errors import ApiError, error_body
 from core.events import Publisher
+from core.heap import frozen_heap
 from core.queue import create_arq_pool
 from core.redisconn import sync_redis
 from core.schemas.specs import RUN_SPEC
@@ -201,8 +202,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await hub.start()
         trm.intake.start()
         app.state.trm = trm
-        async with mcp_http.lifespan():
-            yield
+        # What start-up loaded is kept out of the collector's full passes (core/heap.py: at
+        # 300 runs/s with 500 event streams, passes of 107 ms -> 35 ms).
+        with frozen_heap():
+            async with mcp_http.lifespan():
+                yield
         await trm.intake.stop()
         await hub.stop()
         if trm.decide is not None:
