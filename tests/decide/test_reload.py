@@ -1,5 +1,5 @@
-"""Calls to a real decision process (`trm decide-server` under uvicorn, a SQLite registry; one
-process, and two on the one port, `--workers 2`) while its controller's live version moves back
+"""Calls to a real decision process (`trm decide-server` under uvicorn, a SQLite registry; two
+processes on the one port, `--workers 2`) while its controller's live version moves back
 and forth and a new version is promoted and loaded: every call is answered, in full, by one
 version, with that version's own decisions."""
 
@@ -63,7 +63,9 @@ def serving(pid: int) -> list[int]:
     return [int(c) for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
 
 
-@pytest.fixture(params=[1, 2], ids=["one-process", "two-processes"])
+# Two processes on the one port (`--workers 2`): the one-process server is what every other
+# test of the decision process starts (tests/stack.py `start_decider`).
+@pytest.fixture(params=[2], ids=["two-processes"])
 def decider(
     request: pytest.FixtureRequest, tmp_path: Path, trm_run: TinyRun, gbdt_run: TinyRun
 ) -> Iterator[tuple[str, Registry]]:
