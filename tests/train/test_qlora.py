@@ -170,6 +170,26 @@ def test_gguf_is_converted_once_then_reused(model_cache, monkeypatch):
     assert (folder / CONVERTED_MARKER).read_text() == marker
 
 
+def test_a_conversion_parses_its_gguf_once_and_leaves_the_gguf_package_as_it_was(tmp_path):
+    import gguf
+
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    own_reader, own_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    with base_model._gguf_parsed_once():
+        first = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(path) is first  # the tokenizer, config and weights share it
+        names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is names
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (own_reader, own_map)
+    assert gguf.GGUFReader(path) is not first
+
+
 def test_two_workers_starting_at_once_convert_once(tmp_path, model_cache, monkeypatch):
     calls = []
 
