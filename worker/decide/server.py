@@ -17,9 +17,9 @@ that answers `POST /decide` with a promoted controller's decisions. The API forw
   TRM_DECIDE_CACHE (8) of them. Every `POLL_S` the process reads each name's live version (one
   small query) and loads the ones that moved, so the first call after a promotion or a rollback
   does not wait for the load.
-- **The collector**: once started, everything loaded (libraries, the live versions) is frozen
-  out of the garbage collector's full passes (`gc.freeze`): walking it took up to 130 ms a
-  pass, a pause every request in flight waited out.
+- **The collector**: while it serves, what it loaded at start (libraries, the live versions) is
+  frozen out of the garbage collector's full passes (`core/heap.py`): walking it took up to
+  132 ms a pass, a pause every request in flight waited out.
 - **A qlora version** decides through its language model (a forward a candidate): slow,
   and its answers say so in `note`.
 - **Errors** are the API's body: a row the controller cannot read is a 422 naming the field
