@@ -270,11 +270,7 @@ def cmd_decide_server(args: argparse.Namespace) -> int:
     from core.settings import get_settings
 
     _logging()
-    if _refuse_unmigrated():
-        return 2
     settings = get_settings()
-    host = args.host or settings.api_host
-    port = args.port or settings.decide_port
     workers = settings.decide_workers if args.workers is None else args.workers
     if not 1 <= workers <= MAX_DECIDE_WORKERS:
         print(
@@ -282,6 +278,10 @@ def cmd_decide_server(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if _refuse_unmigrated():
+        return 2
+    host = args.host or settings.api_host
+    port = args.port or settings.decide_port
     # Each process makes its app (`decide_app_from_env`) from the environment: the address it
     # is bound to goes there, as `trm serve` passes it to its processes.
     os.environ["TRM_API_HOST"] = host
