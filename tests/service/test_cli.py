@@ -77,16 +77,22 @@ def test_cancel_from_the_cli(shared_service: Service) -> None:
     assert shared_service.run(run_id)["status"] == "cancelled"
 
 
-def test_decide_server_refuses_a_process_count_it_cannot_run(tmp_path: Path) -> None:
-    # Before it touches the database (here: none, not migrated): the argument is what to fix.
-    env = {**os.environ, "TRM_DATABASE_URL": f"sqlite:///{tmp_path / 'none.db'}"}
-    out = subprocess.run(
-        [sys.executable, "-m", "app.cli", "decide-server", "--workers", "0"],
-        env=env,
+def cli_alone(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python -m app.cli *args` with no service of the tests', `env` over this environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        env={**os.environ, **env},
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
+    )
+
+
+def test_decide_server_refuses_a_process_count_it_cannot_run(tmp_path: Path) -> None:
+    # Before it touches the database (here: none, not migrated): the argument is what to fix.
+    out = cli_alone(
+        "decide-server", "--workers", "0", TRM_DATABASE_URL=f"sqlite:///{tmp_path / 'none.db'}"
     )
     assert out.returncode == 2
     assert "--workers takes 1 to 64 (got 0)" in out.stderr
@@ -94,15 +100,7 @@ def test_decide_server_refuses_a_process_count_it_cannot_run(tmp_path: Path) -> 
 
 
 def test_cli_without_a_server_says_so() -> None:
-    env = {**os.environ, "TRM_API_URL": "http://127.0.0.1:9"}
-    out = subprocess.run(
-        [sys.executable, "-m", "app.cli", "runs"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = cli_alone("runs", TRM_API_URL="http://127.0.0.1:9")
     assert out.returncode == 1
     assert "cannot reach the API at http://127.0.0.1:9" in out.stderr
     assert "Traceback" not in out.stderr
