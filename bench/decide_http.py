@@ -89,10 +89,8 @@ def http_bench(
     env.pop("TRM_API_TOKEN", None)
     log = (workdir / "decide-server.log").open("wb")
     server = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "app.cli", "decide-server", "--port", str(port)),
-            *("--workers", str(workers)),
-        ],
+        [sys.executable, "-m", "app.cli", "decide-server"]
+        + ["--port", str(port), "--workers", str(workers)],
         env=env,
         cwd=ROOT,
         stdout=log,

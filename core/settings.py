@@ -8,6 +8,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+MAX_DECIDE_WORKERS = 64  # decision processes `trm decide-server --workers` runs at most
+
 
 class Settings(BaseSettings):
     """Every setting of every process, read from `TRM_*` variables or `.env`. Each description
@@ -295,7 +297,7 @@ class Settings(BaseSettings):
     decide_workers: int = Field(
         default=1,
         ge=1,
-        le=64,
+        le=MAX_DECIDE_WORKERS,
         description="Decision processes `trm decide-server` (and `trm up`) runs on its one "
         "port, each with its own loaded versions (their memory times N); the kernel hands each "
         "connection to one of them. On a host of several cores, more of them answer more "

@@ -266,8 +266,8 @@ def cmd_decide(args: argparse.Namespace) -> int:
 def cmd_decide_server(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from app.cli.server import _logging, _refuse_unmigrated, bind_args
-    from core.settings import get_settings
+    from app.cli.server import _logging, _refuse_unmigrated, bind_args, serve_bound_to
+    from core.settings import MAX_DECIDE_WORKERS, get_settings
 
     _logging()
     settings = get_settings()
@@ -282,10 +282,7 @@ def cmd_decide_server(args: argparse.Namespace) -> int:
         return 2
     host = args.host or settings.api_host
     port = args.port or settings.decide_port
-    # Each process makes its app (`decide_app_from_env`) from the environment: the address it
-    # is bound to goes there, as `trm serve` passes it to its processes.
-    os.environ["TRM_API_HOST"] = host
-    get_settings.cache_clear()
+    serve_bound_to(host)  # each process makes its app (`decide_app_from_env`) from it
     print(
         f"trm decide-server: on http://{host}:{port}"
         + (f", {workers} processes" if workers > 1 else ""),
@@ -302,9 +299,6 @@ def cmd_decide_server(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=3,
     )
     return 0
-
-
-MAX_DECIDE_WORKERS = 64
 
 
 def decide_app_from_env() -> ASGIApp:

@@ -66,6 +66,13 @@ def add_fd(p: argparse.ArgumentParser) -> None:
     )
 
 
+def serve_bound_to(host: str) -> None:
+    """The address this process binds, in the environment its server processes make their app
+    from: the app checks Host names by it (app/guard.py)."""
+    os.environ["TRM_API_HOST"] = host
+    get_settings.cache_clear()
+
+
 def bind_args(host: str, port: int, fd: int | None) -> dict[str, Any]:
     """uvicorn's address: an inherited socket when given one, else host and port."""
     return {"fd": fd} if fd is not None else {"host": host, "port": port}
@@ -99,10 +106,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     settings = get_settings()
     host = args.host or settings.api_host
-    # The app checks Host names by the address it is bound to (app/guard.py); its processes
-    # read it from the environment.
-    os.environ["TRM_API_HOST"] = host
-    get_settings.cache_clear()
+    serve_bound_to(host)
     uvicorn.run(
         "app.main:create_app",
         factory=True,

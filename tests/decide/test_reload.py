@@ -65,10 +65,11 @@ def serving(pid: int) -> list[int]:
 
 # Two processes on the one port (`--workers 2`): the one-process server is what every other
 # test of the decision process starts (tests/stack.py `start_decider`).
-@pytest.fixture(params=[2], ids=["two-processes"])
-def decider(
-    request: pytest.FixtureRequest, tmp_path: Path, trm_run: TinyRun, gbdt_run: TinyRun
-) -> Iterator[tuple[str, Registry]]:
+WORKERS = 2
+
+
+@pytest.fixture
+def decider(tmp_path: Path, trm_run: TinyRun, gbdt_run: TinyRun) -> Iterator[tuple[str, Registry]]:
     runs_dir = Path(os.path.commonpath([trm_run.root, gbdt_run.root]))
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     upgrade(url)
@@ -82,7 +83,7 @@ def decider(
     server = subprocess.Popen(
         [
             *(sys.executable, "-m", "app.cli", "decide-server", "--port", str(port)),
-            *("--workers", str(request.param)),
+            *("--workers", str(WORKERS)),
         ],
         env=env,
         cwd=ROOT,
@@ -100,8 +101,8 @@ def decider(
     try:
         wait_for(up, timeout=90, what="the decision process")
         assert server.poll() is None, (tmp_path / "decide-server.log").read_text()
-        if request.param > 1:  # uvicorn's processes on the one socket, each its own versions
-            assert len(serving(server.pid)) == request.param
+        # uvicorn's processes on the one socket, each with its own versions
+        assert len(serving(server.pid)) == WORKERS
         yield base, registry
     finally:
         server.terminate()

@@ -9,6 +9,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from worker.decide.fast_kinds import splits
 from worker.features import context as cx
 from worker.features import text as tx
 from worker.features.kinds import name, start
@@ -129,13 +130,7 @@ class FlagColumns:
         self.columns = {n: j for n, j in index.items() if n.startswith(start("CS"))}
         # Every path a kept name may be read as (`CS:<path>:<value>`, split at each colon): a
         # list of strings under no such path has no item to look up.
-        self.paths: set[str] = set()
-        for n in self.columns:
-            body = n[len(start("CS")) :]
-            at = body.find(":")
-            while at != -1:
-                self.paths.add(body[:at])
-                at = body.find(":", at + 1)
+        self.paths = {path for n in self.columns for path, _ in splits(n[len(start("CS")) :], ":")}
 
     def __call__(
         self,

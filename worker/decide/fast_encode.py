@@ -57,7 +57,7 @@ from worker.decide.fast_aligned import (
 )
 from worker.decide.fast_batch import Assembly
 from worker.decide.fast_context import FlagColumns, ShapeColumns, TextColumns
-from worker.decide.fast_kinds import CROSSED, MATCHES, SINGLE, SPLIT, unsupported
+from worker.decide.fast_kinds import CROSSED, MATCHES, SINGLE, SPLIT, splits, unsupported
 from worker.decide.fast_matches import MatchColumns, place_matches
 from worker.decide.state_walk import (
     FlatWalk,
@@ -124,10 +124,8 @@ class FastEncoder:
             elif prefix in SPLIT:
                 # Every split at the separator: the name is `prefix:first<sep>second` for each,
                 # so a (first, second) a row spells finds its column exactly.
-                sep, at = SPLIT[prefix], body.find(SPLIT[prefix])
-                while at != -1:
-                    self.pairs[prefix].setdefault(body[:at], {})[body[at + 1 :]] = column
-                    at = body.find(sep, at + 1)
+                for first, second in splits(body, SPLIT[prefix]):
+                    self.pairs[prefix].setdefault(first, {})[second] = column
         self.compared_keys = set(self.pairs["D"]) | set(self.pairs["GE"])
         self.set_paths = set(self.pairs["COV"]) | set(self.pairs["IN"])  # set leaves matched
         # An aligned number's kept columns: its own value (`A:`), rank, distance to the max, to
@@ -150,10 +148,8 @@ class FastEncoder:
         self.words: dict[str, set[str]] = {p: set(w) for p, w in self.pairs["W"].items()}
         for inner in self.pairs["X"]:
             if inner.startswith("W:"):
-                at = inner.find(":", 2)
-                while at != -1:
-                    self.words.setdefault(inner[2:at], set()).add(inner[at + 1 :])
-                    at = inner.find(":", at + 1)
+                for tpath, word in splits(inner[2:], ":"):
+                    self.words.setdefault(tpath, set()).add(word)
         # Per text path, each word a candidate may cross: its `W:` name (`context.crossed`: one
         # without a space), read where the space crosses any.
         crossing = {

@@ -4,6 +4,8 @@ space is left to the general encoder."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from worker.models.feature_space import FORMAT as SPACE_FORMAT
 from worker.models.feature_space import FeatureSpace
 
@@ -97,3 +99,12 @@ def unsupported(space: FeatureSpace) -> str | None:
     if unknown:
         return f"feature kinds it does not compile: {', '.join(unknown)}"
     return None
+
+
+def splits(body: str, sep: str) -> Iterator[tuple[str, str]]:
+    """(before, after) at each `sep` in `body`: every way a name's parts may be read, a part
+    possibly holding the separator itself (a path with `:` or `|` in it)."""
+    at = body.find(sep)
+    while at != -1:
+        yield body[:at], body[at + 1 :]
+        at = body.find(sep, at + 1)

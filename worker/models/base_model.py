@@ -149,23 +149,22 @@ def _gguf_parsed_once() -> Iterator[None]:
 
     import gguf
 
-    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    own = {name: getattr(gguf, name) for name in ("GGUFReader", "get_tensor_name_map")}
     readers: dict[tuple[object, ...], object] = {}
 
     def read_once(path: os.PathLike[str] | str, *mode: object) -> object:
         key = (os.fspath(path), *mode)
         if key not in readers:
-            readers[key] = reader(path, *mode)  # type: ignore[arg-type]
+            readers[key] = own["GGUFReader"](path, *mode)
         return readers[key]
 
-    swapped = {"GGUFReader": read_once, "get_tensor_name_map": functools.cache(name_map)}
-    for attribute, value in swapped.items():
-        setattr(gguf, attribute, value)
+    setattr(gguf, "GGUFReader", read_once)  # noqa: B010 (typed as a class)
+    gguf.get_tensor_name_map = functools.cache(own["get_tensor_name_map"])
     try:
         yield
     finally:
-        for attribute, value in (("GGUFReader", reader), ("get_tensor_name_map", name_map)):
-            setattr(gguf, attribute, value)
+        for name, value in own.items():
+            setattr(gguf, name, value)
 
 
 def _has_weights(folder: Path) -> bool:
