@@ -3,7 +3,7 @@ communities score them.
 
     .venv/bin/python bench/external.py [--sets routellm,bfcl,jobshop] [--seeds 0,1,2]
         [--methods baselines,gbdt,trm,trm-1step] [--data NAME=PATH ...] [--train-rows N]
-        [--text-encoder tokens|smollm2] [--folds 0,1]
+        [--text-encoder tokens|smollm2] [--splits 0,1,2,3,4] [--folds 0,1]
         [--work DIR] [--keep] [--json FILE]
 
 Each data set is a bench registered in `worker.external.BENCHES`; this script runs the ones asked
@@ -113,6 +113,12 @@ def main() -> int:
         help="the trm's and gbdt's text_encoder, for the benches that take it (routellm)",
     )
     parser.add_argument(
+        "--splits",
+        help="the anchor splits run, for the benches that draw their anchors (routellm: the "
+        "seeds its unseen subjects are drawn at; default 0,1,2,3,4): each split's rows and "
+        "their mean, which the targets judge; one split, its rows alone",
+    )
+    parser.add_argument(
         "--folds",
         help="the folds whose anchors are scored, for the benches that deal folds (bfcl: of "
         "0-4; default all): a quicker, partial figure over those folds' rows only",
@@ -144,6 +150,8 @@ def main() -> int:
                 bench.train_rows = args.train_rows or None
             if args.text_encoder is not None and hasattr(bench, "text_encoder"):
                 bench.text_encoder = args.text_encoder
+            if args.splits is not None and hasattr(bench, "splits"):
+                bench.splits = tuple(int(k) for k in args.splits.split(","))
             if args.folds is not None and hasattr(bench, "folds"):
                 bench.folds = [int(k) for k in args.folds.split(",")]
             (work / name).mkdir(parents=True, exist_ok=True)

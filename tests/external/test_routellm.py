@@ -7,6 +7,7 @@ test reads the real copy in ../shared/datasets/routellm and skips when it is abs
 from __future__ import annotations
 
 import csv
+import dataclasses
 import itertools
 import json
 import subprocess
@@ -231,7 +232,8 @@ def test_the_real_checkout_reads_every_prompt() -> None:
 # --- the bench and the driver -----------------------------------------------------------------
 
 
-def test_the_bench_scores_baselines_on_unseen_subjects_and_gsm8k(tmp_path: Path) -> None:
+def eight_subjects(root: Path) -> tuple[Path, dict[str, list[list[str]]]]:
+    """A checkout of 8 MMLU subjects of 30 prompts and 40 GSM8K problems, answers at random."""
     rng = np.random.default_rng(0)
 
     def answers(weak: float, strong: float) -> list[str]:
@@ -242,8 +244,13 @@ def test_the_bench_scores_baselines_on_unseen_subjects_and_gsm8k(tmp_path: Path)
         for i in range(8)
     }
     gsm8k = [[f"problem {j}", *answers(0.6, 0.9)] for j in range(40)]
-    root = checkout(tmp_path / "repo", subjects, gsm8k)
-    rows = RouteLlmBench().run(tmp_path / "work", root, ["baselines"], [0, 1], lambda _: None)
+    return checkout(root, subjects, gsm8k), subjects
+
+
+def test_the_bench_scores_baselines_on_unseen_subjects_and_gsm8k(tmp_path: Path) -> None:
+    root, subjects = eight_subjects(tmp_path / "repo")
+    bench = RouteLlmBench(splits=(0,))
+    rows = bench.run(tmp_path / "work", root, ["baselines"], [0, 1], lambda _: None)
     by = {(r.anchors, r.method): r for r in rows}
     assert {a for a, _ in by} == {MMLU_UNSEEN, "gsm8k"}
     unseen = by[(MMLU_UNSEEN, "oracle")]
@@ -255,6 +262,41 @@ def test_the_bench_scores_baselines_on_unseen_subjects_and_gsm8k(tmp_path: Path)
         assert by[(anchors, "always-weak")].extra["pgr"] == 0.0
         assert by[(anchors, "random")].seeds == 2
         assert oracle.curve[0][0] == 0.0 and oracle.curve[-1][0] == 1.0
+
+
+def test_several_anchor_splits_are_each_reported_and_judged_by_their_mean(tmp_path: Path) -> None:
+    root, subjects = eight_subjects(tmp_path / "repo")
+    assert unseen_subjects(list(subjects), 0) != unseen_subjects(list(subjects), 1)
+    rows = RouteLlmBench(splits=(0, 1)).run(
+        tmp_path / "work", root, ["baselines"], [0], lambda _: None
+    )
+    by = {(r.anchors, r.method): r for r in rows}
+    assert {a for a, _ in by} == {
+        f"{MMLU_UNSEEN}@split0",
+        f"{MMLU_UNSEEN}@split1",
+        "gsm8k@split0",
+        "gsm8k@split1",
+        MMLU_UNSEEN,
+        "gsm8k",
+    }
+    for method in ("tfidf-logreg", "oracle", "always-weak"):
+        one, two = by[(f"{MMLU_UNSEEN}@split0", method)], by[(f"{MMLU_UNSEEN}@split1", method)]
+        mean = by[(MMLU_UNSEEN, method)]
+        assert mean.value == pytest.approx((one.value + two.value) / 2)
+        assert mean.n == one.n + two.n == 2 * 30 * len(unseen_subjects(list(subjects)))
+        assert mean.extra["splits"] == 2
+        assert mean.extra["split_spread"] == pytest.approx(abs(one.value - two.value))
+        assert mean.ci95[0] <= mean.value <= mean.ci95[1]
+    # The mean over two splits' independent resamples is surer than either split alone.
+    width = lambda r: r.ci95[1] - r.ci95[0]  # noqa: E731
+    oracle = [by[(f"{MMLU_UNSEEN}@split{k}", "oracle")] for k in (0, 1)]
+    assert width(by[(MMLU_UNSEEN, "oracle")]) < min(width(r) for r in oracle)
+    # The targets judge the mean: a router scoring as random did, split by split.
+    router = [dataclasses.replace(r, method="trm") for r in rows if r.method == "random"]
+    (what, met, seen), *_ = RouteLlmBench().targets(rows + router)
+    mean = by[(MMLU_UNSEEN, "random")].value
+    assert "above random" in what and not met and seen.startswith(f"{mean:.3f} ")
+    assert {by[(f"{MMLU_UNSEEN}@split{k}", "random")].value for k in (0, 1)} != {mean}
 
 
 def test_the_driver_says_why_a_set_is_skipped(tmp_path: Path) -> None:

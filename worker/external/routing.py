@@ -173,6 +173,8 @@ class RoutingScore:
     apgr_per_seed: list[float] = field(default_factory=list)
     # (share of strong calls, quality) at CURVE_SHARES, averaged over seeds: the plot's data.
     points: list[tuple[float, float]] = field(default_factory=list)
+    # The APGR in each bootstrap resample (averaged over seeds): what `pooled` averages.
+    apgr_boot: Floats = field(default_factory=lambda: np.zeros(0))
 
 
 def score_router(
@@ -202,11 +204,11 @@ def score_router(
         found = [c.cpt(level) for c in curves]
         cpts[level] = None if None in found else float(np.mean([f for f in found if f is not None]))
         mean = np.mean(boot_cpt[level], axis=0)  # NaN where a seed never reaches the level
-        cpt_ci[level] = _interval(mean[np.isfinite(mean)]) if np.isfinite(mean).any() else None
+        cpt_ci[level] = interval(mean[np.isfinite(mean)]) if np.isfinite(mean).any() else None
     quality = np.mean([c.points() for c in curves], axis=0)
     return RoutingScore(
         apgr=float(np.mean(per_seed)),
-        apgr_ci95=_interval(boot_apgr),
+        apgr_ci95=interval(boot_apgr),
         cpt=cpts,
         cpt_ci95=cpt_ci,
         weak_quality=curves[0].weak_quality,
@@ -215,14 +217,51 @@ def score_router(
         seeds=len(curves),
         apgr_per_seed=per_seed,
         points=[(round(float(s), 4), round(float(q), 4)) for s, q in quality],
+        apgr_boot=boot_apgr,
     )
 
 
-def quality_interval(correct: Floats, draws: npt.NDArray[np.int64]) -> tuple[float, float]:
+def pooled(scores: Sequence[RoutingScore]) -> RoutingScore:
+    """One router's figures averaged over several sets of prompts (anchor splits): the mean
+    APGR, its interval from the mean of the sets' resamples (each set resampled on its own), the
+    mean CPT where every set reaches the level, and the mean curve; `apgr_per_seed` holds each
+    seed's APGR averaged over the sets."""
+    if not scores:
+        raise ValueError("nothing to pool")
+    boot = np.mean([s.apgr_boot for s in scores], axis=0)
+    cpts: dict[float, float | None] = {}
+    for level in CPT_LEVELS:
+        found = [s.cpt.get(level) for s in scores]
+        cpts[level] = None if None in found else float(np.mean([f for f in found if f is not None]))
+    points = np.mean([s.points for s in scores], axis=0)
+    return RoutingScore(
+        apgr=float(np.mean([s.apgr for s in scores])),
+        apgr_ci95=interval(boot),
+        cpt=cpts,
+        cpt_ci95=dict.fromkeys(CPT_LEVELS),
+        weak_quality=float(np.mean([s.weak_quality for s in scores])),
+        strong_quality=float(np.mean([s.strong_quality for s in scores])),
+        n=sum(s.n for s in scores),
+        seeds=scores[0].seeds,
+        apgr_per_seed=[float(a) for a in np.mean([s.apgr_per_seed for s in scores], axis=0)],
+        points=[(round(float(x), 4), round(float(q), 4)) for x, q in points],
+        apgr_boot=boot,
+    )
+
+
+def qualityinterval(correct: Floats, draws: npt.NDArray[np.int64]) -> tuple[float, float]:
     """95% interval of one model's quality (always-weak, always-strong) from the same draws."""
-    return _interval((draws * correct).sum(axis=1) / draws.sum(axis=1))
+    return interval(quality_boot(correct, draws))
 
 
-def _interval(values: Floats) -> tuple[float, float]:
-    low, high = np.percentile(values, [2.5, 97.5])
+def quality_boot(correct: Floats, draws: npt.NDArray[np.int64]) -> Floats:
+    """One model's quality in every resample."""
+    out: Floats = (draws * correct).sum(axis=1) / draws.sum(axis=1)
+    return out
+
+
+def interval(values: Floats) -> tuple[float, float]:
+    """The 95% percentile interval of resampled figures (a resample where the two models are
+    equally good has no PGR, and is left out)."""
+    low, high = np.nanpercentile(values, [2.5, 97.5])
     return (round(float(low), 4), round(float(high), 4))
