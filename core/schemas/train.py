@@ -121,6 +121,14 @@ class TrmTrainerConfig(StrictModel):
         "(sklearn's C; 1 is its default) fitted first, the network trained on top; 0: none. It "
         "reads the rare words the feature space's floors leave out (worker/features/wide.py).",
     )
+    wide_buckets: int = Field(
+        default=1 << 18,
+        ge=1 << 10,
+        le=1 << 22,
+        description="Weights of the linear text part (`wide`): its terms are hashed into this "
+        "many, 4 bytes each in the model. A corpus of many distinct words and pairs shares "
+        "buckets between them at the default; 1048576 (4 MB) leaves fewer shared.",
+    )
     screen: int = Field(
         default=32,
         ge=0,

@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from tests.train.tiny import tiny_trm
 from worker.decide.controller import DecideRow, load_controller
 from worker.decide.export import export_controller, run_exported
 from worker.decide.numpy_trm import NumpyTrm, pad
 from worker.evaluate.policies import load_policy
-from worker.features.wide import wide_terms
+from worker.features.wide import BUCKETS, wide_terms
 from worker.models.encoding import raw_matrix, scaled_matrix
 from worker.models.policy import argmax
 from worker.models.trm import load_trm
@@ -95,17 +96,20 @@ def test_words_each_world_uses_alone_are_learned_by_the_linear_text_part_only(
     assert accuracy(tmp_path / "wide", held_out) == 1.0
 
 
+@pytest.mark.parametrize("buckets", [None, 4096])
 def test_the_numpy_forward_and_the_service_decide_as_the_torch_model_with_the_text_part(
-    tmp_path: Path,
+    tmp_path: Path, buckets: int | None
 ) -> None:
     folder, held_out = corpus(tmp_path)
     out = tmp_path / "wide"
-    trm.train({**TINY, "wide": 10.0, "epochs": 3}, folder, out, TrainerCallbacks(), seed=0)
+    sized = {} if buckets is None else {"wide_buckets": buckets}
+    config = {**TINY, "wide": 10.0, "epochs": 3, **sized}
+    trm.train(config, folder, out, TrainerCallbacks(), seed=0)
     policy = load_trm(out, "cpu")
     states, tools = [r["state"] for r in held_out], [r["tools"] for r in held_out]
     torch_scores = np.array(policy.scores_batch(states, tools))
     net = NumpyTrm.load(out / "model.safetensors", out / "config.json")
-    assert net.wide_buckets > 0
+    assert net.wide_buckets == (buckets or BUCKETS)
     space = policy.space
     blocks = [
         scaled_matrix(raw_matrix(space.index, s, t), space._mean, space._scale)
@@ -129,3 +133,14 @@ def test_the_numpy_forward_and_the_service_decide_as_the_torch_model_with_the_te
     )
     assert [d.action for d in exported] == [d.action for d in decided]
     np.testing.assert_allclose([d.scores for d in exported], [d.scores for d in decided], atol=1e-5)
+
+
+def test_the_text_parts_size_is_bounded_naming_the_knob() -> None:
+    from pydantic import ValidationError
+
+    from core.schemas.train import TrmTrainerConfig
+
+    assert TrmTrainerConfig.model_validate({"wide_buckets": 1 << 20}).wide_buckets == 1 << 20
+    for size in (1 << 23, 16):
+        with pytest.raises(ValidationError, match="wide_buckets"):
+            TrmTrainerConfig.model_validate({"wide_buckets": size})

@@ -265,8 +265,16 @@ def build(space: FeatureSpace, config: dict[str, Any]) -> TinyRecursiveModel:
         int(config["n_recursions"]),
         int(config["cycles"]),
         float(config.get("dropout") or 0.0),
-        BUCKETS if float(config.get("wide") or 0.0) > 0 else 0,
+        wide_buckets(config),
     )
+
+
+def wide_buckets(config: dict[str, Any]) -> int:
+    """The linear text part's buckets a config asks for: 0 without the part; a config from
+    before the knob, the default it was trained at."""
+    if not float(config.get("wide") or 0.0) > 0:
+        return 0
+    return int(config.get("wide_buckets") or BUCKETS)
 
 
 def save_model(

@@ -41,11 +41,17 @@ from torch import nn
 from core.rundir import FEATURES, TRAIN_ROWS, TRM_BEST, TRM_CONFIG, TRM_MODEL, VAL_ROWS
 from core.schemas.train import TrmTrainerConfig
 from worker.context import StageFailure
-from worker.features.wide import BUCKETS
 from worker.models.encoding import BLOCKS
 from worker.models.feature_space import FeatureSpace
 from worker.models.rows import read_rows
-from worker.models.trm import Encoded, TinyRecursiveModel, build, save_model, wide_input
+from worker.models.trm import (
+    Encoded,
+    TinyRecursiveModel,
+    build,
+    save_model,
+    wide_buckets,
+    wide_input,
+)
 from worker.train import checkpoints, trm_screen, trm_wide
 from worker.train.callbacks import TrainerCallbacks
 from worker.train.memory import Rss, peak_vram, reset_peak_vram
@@ -267,7 +273,7 @@ def _train(
             seed,
         )
         space, fitted, top = screen.space, screen.fitted, screen.top
-    buckets = BUCKETS if float(cfg["wide"] or 0.0) > 0 else 0
+    buckets = wide_buckets(cfg)
     data, val = Encoded(space, rows, buckets), Encoded(space, val_rows, buckets)
 
     micro, accum = int(cfg["batch_size"]), 1 if probe else int(cfg["grad_accum"])
