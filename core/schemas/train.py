@@ -129,6 +129,14 @@ class TrmTrainerConfig(StrictModel):
         "many, 4 bytes each in the model. A corpus of many distinct words and pairs shares "
         "buckets between them at the default; 1048576 (4 MB) leaves fewer shared.",
     )
+    wide_reading: int = Field(
+        default=2,
+        ge=1,
+        le=2,
+        description="How the linear text part reads a row (worker/features/wide.py): 2, every "
+        "word and pair of words with stopwords kept, and a bias per candidate; 1, stopwords left "
+        "out and no bias (a model's config without this field was trained so, and is read so).",
+    )
     screen: int = Field(
         default=32,
         ge=0,

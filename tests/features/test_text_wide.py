@@ -16,7 +16,7 @@ from worker.decide.controller import DecideRow, load_controller
 from worker.decide.export import export_controller, run_exported
 from worker.decide.numpy_trm import NumpyTrm, pad
 from worker.evaluate.policies import load_policy
-from worker.features.wide import BUCKETS, wide_terms
+from worker.features.wide import BUCKETS, READING, wide_terms
 from worker.models.encoding import raw_matrix, scaled_matrix
 from worker.models.policy import argmax
 from worker.models.trm import load_trm
@@ -96,16 +96,23 @@ def test_words_each_world_uses_alone_are_learned_by_the_linear_text_part_only(
     assert accuracy(tmp_path / "wide", held_out) == 1.0
 
 
-@pytest.mark.parametrize("buckets", [None, 4096])
+@pytest.mark.parametrize("buckets,before", [(None, False), (4096, True)])
 def test_the_numpy_forward_and_the_service_decide_as_the_torch_model_with_the_text_part(
-    tmp_path: Path, buckets: int | None
+    tmp_path: Path, buckets: int | None, before: bool
 ) -> None:
+    """`before`: a model trained before `wide_reading` (its config without it) is read as it
+    was trained, by reading 1, everywhere."""
     folder, held_out = corpus(tmp_path)
     out = tmp_path / "wide"
     sized = {} if buckets is None else {"wide_buckets": buckets}
-    config = {**TINY, "wide": 10.0, "epochs": 3, **sized}
+    config = {**TINY, "wide": 10.0, "epochs": 3, **sized, "wide_reading": 1 if before else 2}
     trm.train(config, folder, out, TrainerCallbacks(), seed=0)
+    if before:
+        saved = json.loads((out / "config.json").read_text())
+        del saved["config"]["wide_reading"]
+        (out / "config.json").write_text(json.dumps(saved))
     policy = load_trm(out, "cpu")
+    assert policy.model.wide_reading == (1 if before else READING)
     states, tools = [r["state"] for r in held_out], [r["tools"] for r in held_out]
     torch_scores = np.array(policy.scores_batch(states, tools))
     net = NumpyTrm.load(out / "model.safetensors", out / "config.json")
@@ -116,7 +123,9 @@ def test_the_numpy_forward_and_the_service_decide_as_the_torch_model_with_the_te
         for s, t in zip(states, tools, strict=True)
     ]
     x, mask = pad(blocks, space.width)
-    terms = [wide_terms(s, t, net.wide_buckets) for s, t in zip(states, tools, strict=True)]
+    assert net.wide_reading == policy.model.wide_reading
+    rows = zip(states, tools, strict=True)
+    terms = [wide_terms(s, t, net.wide_buckets, net.wide_reading) for s, t in rows]
     numpy_scores = net.infer(x, mask, net.wide_logits(terms, mask.shape[1]))
     np.testing.assert_allclose(numpy_scores, torch_scores, atol=1e-4)
     # Without its text part the same network answers otherwise: the part is in those scores.
@@ -133,6 +142,17 @@ def test_the_numpy_forward_and_the_service_decide_as_the_torch_model_with_the_te
     )
     assert [d.action for d in exported] == [d.action for d in decided]
     np.testing.assert_allclose([d.scores for d in exported], [d.scores for d in decided], atol=1e-5)
+
+
+def test_the_text_part_reads_stopwords_and_gives_each_candidate_its_own_bias() -> None:
+    state = json.dumps({"request": "which of these is not a prime number"})
+    old, new = (wide_terms(state, ["a", "b"], 1 << 20, reading) for reading in (1, 2))
+    # Reading 2 has every word reading 1 has, the stopwords (`of`, `is`) and one bias more.
+    assert all(len(n.ids) > len(o.ids) for o, n in zip(old, new, strict=True))
+    assert all(1.0 in n.values and 1.0 not in o.values for o, n in zip(old, new, strict=True))
+    assert set(new[0].ids).isdisjoint(new[1].ids)  # each candidate's own weights
+    with pytest.raises(ValueError, match="wide_reading 3"):
+        wide_terms(state, ["a"], 1 << 20, 3)
 
 
 def test_the_text_parts_size_is_bounded_naming_the_knob() -> None:

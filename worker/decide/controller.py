@@ -124,7 +124,8 @@ class Controller:
             return None
         from worker.features.wide import wide_terms
 
-        terms = [wide_terms(r.state, list(r.tools), buckets) for r in rows]
+        reading = self.numpy.net.wide_reading
+        terms = [wide_terms(r.state, list(r.tools), buckets, reading) for r in rows]
         return self.numpy.net.wide_logits(terms, widest)
 
     def _torch(
@@ -197,7 +198,10 @@ class NumpyForward:
         model = policy.model
         weights = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
         try:
-            return cls(NumpyTrm(weights, model.n, model.cycles, policy.steps, act=torch_gelu()))
+            net = NumpyTrm(
+                weights, model.n, model.cycles, policy.steps, torch_gelu(), model.wide_reading
+            )
+            return cls(net)
         except ValueError:
             return None
 

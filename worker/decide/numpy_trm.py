@@ -211,7 +211,13 @@ class NumpyTrm:
     `n_recursions` (n), `cycles` (T), `supervision_steps` (the most halting steps)."""
 
     def __init__(
-        self, weights: Weights, n: int, cycles: int, steps: int, act: Activation | None = None
+        self,
+        weights: Weights,
+        n: int,
+        cycles: int,
+        steps: int,
+        act: Activation | None = None,
+        wide_reading: int = 1,
     ) -> None:
         wide = [k for k in WIDE_KEYS if k in weights]
         unknown = sorted(set(weights) - set(WEIGHT_KEYS) - set(WIDE_KEYS))
@@ -237,6 +243,8 @@ class NumpyTrm:
         self.halt = (w["halt.weight"][0], w["halt.bias"][0])
         # The linear text part: (buckets,) weights and the gate, or None.
         self.wide = (w["wide"], np.float32(w["wide_gate"])) if wide else None
+        # How the text part reads a row (worker/features/wide.py; a config before the field: 1).
+        self.wide_reading = wide_reading
 
     @property
     def wide_buckets(self) -> int:
@@ -270,6 +278,7 @@ class NumpyTrm:
             int(cfg["n_recursions"]),
             int(cfg["cycles"]),
             int(cfg["supervision_steps"]),
+            wide_reading=int(cfg.get("wide_reading") or 1),
         )
 
     def f(self, h: np.ndarray, rows: Rows) -> np.ndarray:

@@ -80,7 +80,8 @@ class Model:
                     tools[first : first + BATCH_ROWS],
                     strict=True,
                 )
-                terms = [wide_terms(s, list(t), self.net.wide_buckets) for s, t in rows]
+                size, reading = self.net.wide_buckets, self.net.wide_reading
+                terms = [wide_terms(s, list(t), size, reading) for s, t in rows]
                 wide = self.net.wide_logits(terms, mask.shape[1])
             final = self.net.infer(x, mask, wide)
             result += [[float(v) for v in final[i, : len(b)]] for i, b in enumerate(chunk)]

@@ -113,12 +113,27 @@ def words(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def every_word(text: str) -> tuple[str, ...]:
+    """The text's word tokens as `words` reads them, stopwords kept (`not`, `which of the`
+    say how a question is asked)."""
+    return tuple(
+        NUMBER if token[0].isdigit() else token
+        for token in _TOKEN.findall(text.lower())[:MAX_TOKENS]
+    )
+
+
+def with_pairs(tokens: tuple[str, ...]) -> dict[str, int]:
+    """How often each token and each pair of neighbouring tokens occurs."""
+    counts = Counter(tokens)
+    counts.update(f"{a} {b}" for a, b in zip(tokens, tokens[1:], strict=False))
+    return dict(counts)
+
+
 @lru_cache(maxsize=1 << 14)
 def read(text: str) -> Reading:
     """A text read once however many rows and candidates show it."""
     tokens = words(text)
-    counts = Counter(tokens)
-    counts.update(f"{a} {b}" for a, b in zip(tokens, tokens[1:], strict=False))
+    counts = with_pairs(tokens)
     chars = max(1, len(text))
     letters = sum(c.isalpha() for c in text)
     stats = {
@@ -129,7 +144,7 @@ def read(text: str) -> Reading:
         "questions": float(text.count("?")),
         "lines": float(text.count("\n") + 1),
     }
-    return Reading(dict(counts), stats, frozenset(_stem(t) for t in tokens if t != NUMBER))
+    return Reading(counts, stats, frozenset(_stem(t) for t in tokens if t != NUMBER))
 
 
 def name_words(tool: str) -> frozenset[str]:

@@ -45,7 +45,7 @@ from torch import nn
 from core.rundir import FEATURES, TRM_CONFIG, TRM_MODEL, write_bytes_atomic, write_json_atomic
 from core.schemas.train import TrmTrainerConfig
 from worker.context import StageFailure
-from worker.features.wide import BUCKETS, Terms, wide_terms
+from worker.features.wide import BUCKETS, READING, Terms, wide_terms
 from worker.models.feature_space import FeatureSpace
 from worker.models.policy import Policy, files_hash, model_files
 from worker.models.rows import read_rows
@@ -89,9 +89,11 @@ class TinyRecursiveModel(nn.Module):
         cycles: int,
         dropout: float = 0.0,
         wide_buckets: int = 0,
+        wide_reading: int = READING,
     ) -> None:
         super().__init__()
         self.n, self.cycles, self.wide_buckets = n, cycles, wide_buckets
+        self.wide_reading = wide_reading  # how its text part reads a row (features/wide.py)
         if wide_buckets:
             # Fitted before the network and frozen (the optimizer never moves it).
             self.wide = nn.Parameter(torch.zeros(wide_buckets), requires_grad=False)
@@ -185,12 +187,16 @@ class Encoded:
     (the trainer's out-of-fold logits of the train rows)."""
 
     def __init__(
-        self, space: FeatureSpace, rows: Sequence[dict[str, Any]], wide_buckets: int = 0
+        self,
+        space: FeatureSpace,
+        rows: Sequence[dict[str, Any]],
+        wide_buckets: int = 0,
+        wide_reading: int = READING,
     ) -> None:
         space.prefetch((r["state"], list(r["tools"])) for r in rows)
         self.features = [space.scaled(r["state"], list(r["tools"])) for r in rows]
         self.terms: list[list[Terms]] = (
-            [wide_terms(r["state"], list(r["tools"]), wide_buckets) for r in rows]
+            [wide_terms(r["state"], list(r["tools"]), wide_buckets, wide_reading) for r in rows]
             if wide_buckets
             else []
         )
@@ -266,6 +272,7 @@ def build(space: FeatureSpace, config: dict[str, Any]) -> TinyRecursiveModel:
         int(config["cycles"]),
         float(config.get("dropout") or 0.0),
         wide_buckets(config),
+        wide_reading(config),
     )
 
 
@@ -275,6 +282,11 @@ def wide_buckets(config: dict[str, Any]) -> int:
     if not float(config.get("wide") or 0.0) > 0:
         return 0
     return int(config.get("wide_buckets") or BUCKETS)
+
+
+def wide_reading(config: dict[str, Any]) -> int:
+    """How a config's text part reads a row: a config from before the knob, reading 1."""
+    return int(config.get("wide_reading") or 1)
 
 
 def save_model(
@@ -356,7 +368,8 @@ class TrmPolicy(Policy):
         rows = [{"state": s, "tools": list(t)} for s, t in zip(states, tools, strict=True)]
         out: list[list[float]] = []
         for start in range(0, len(rows), SCORE_ROWS):
-            data = Encoded(self.space, rows[start : start + SCORE_ROWS], self.model.wide_buckets)
+            chunk = rows[start : start + SCORE_ROWS]
+            data = Encoded(self.space, chunk, self.model.wide_buckets, self.model.wide_reading)
             b = data.batch(torch.arange(len(data)), self.device)
             wide = wide_input(self.model, b)
             final = self.model.infer(b["x"], b["mask"], self.steps, wide).cpu()

@@ -51,6 +51,7 @@ from worker.models.trm import (
     save_model,
     wide_buckets,
     wide_input,
+    wide_reading,
 )
 from worker.train import checkpoints, trm_screen, trm_wide
 from worker.train.callbacks import TrainerCallbacks
@@ -273,8 +274,9 @@ def _train(
             seed,
         )
         space, fitted, top = screen.space, screen.fitted, screen.top
-    buckets = wide_buckets(cfg)
-    data, val = Encoded(space, rows, buckets), Encoded(space, val_rows, buckets)
+    buckets, reading = wide_buckets(cfg), wide_reading(cfg)
+    data = Encoded(space, rows, buckets, reading)
+    val = Encoded(space, val_rows, buckets, reading)
 
     micro, accum = int(cfg["batch_size"]), 1 if probe else int(cfg["grad_accum"])
     per_step = micro * accum  # the effective batch: the OOM retry keeps it
