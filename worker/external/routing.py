@@ -249,11 +249,6 @@ def pooled(scores: Sequence[RoutingScore]) -> RoutingScore:
     )
 
 
-def qualityinterval(correct: Floats, draws: npt.NDArray[np.int64]) -> tuple[float, float]:
-    """95% interval of one model's quality (always-weak, always-strong) from the same draws."""
-    return interval(quality_boot(correct, draws))
-
-
 def quality_boot(correct: Floats, draws: npt.NDArray[np.int64]) -> Floats:
     """One model's quality in every resample."""
     out: Floats = (draws * correct).sum(axis=1) / draws.sum(axis=1)
