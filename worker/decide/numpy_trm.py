@@ -1,7 +1,8 @@
 """The trm's inference forward in numpy (`TinyRecursiveModel.infer` of worker/models/trm.py, step
 for step), over its `model.safetensors` read without torch: what an exported controller runs.
 
-Only numpy and the standard library: an export ships this file as it is (`export.py`). A test
+Only numpy, the standard library and the encoder's package (`worker/features`, which an export
+ships beside it): an export ships this file with its imports pointed there (`export.py`). A test
 holds it to the torch model's scores on the same rows.
 """
 
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from worker.features.wide import reading_of
 
 FORMAT = "trm-v3"  # the version of worker/models/trm.py's model this forward is a port of
 PAD_SCORE = -1e9  # a padding candidate's score, as worker/models/trm.py
@@ -278,7 +281,7 @@ class NumpyTrm:
             int(cfg["n_recursions"]),
             int(cfg["cycles"]),
             int(cfg["supervision_steps"]),
-            wide_reading=int(cfg.get("wide_reading") or 1),
+            wide_reading=reading_of(cfg),
         )
 
     def f(self, h: np.ndarray, rows: Rows) -> np.ndarray:

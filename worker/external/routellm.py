@@ -199,12 +199,13 @@ def policy_scores(policy: Any, anchors: AnchorSet) -> np.ndarray:
 
 @dataclass
 class Figure:
-    """One method's row on one anchor set, and its figure in each of the set's resamples (what a
-    mean over anchor splits is resampled from)."""
+    """One method's row on one anchor set, and what a mean over anchor splits is resampled from:
+    a router's score (its APGR in each of the set's resamples with it), or a single model's
+    quality in each resample."""
 
     row: BenchRow
-    boot: np.ndarray
-    score: routing.RoutingScore | None = None  # a router's (None: one model's single point)
+    score: routing.RoutingScore | None = None
+    quality_boot: np.ndarray | None = None
 
 
 def _router_row(
@@ -235,7 +236,7 @@ def curve_figure(
     train_seconds: float | None = None,
 ) -> Figure:
     score = routing.score_router(scores_per_seed, anchors.outcomes, anchors.draws)
-    return Figure(_router_row(anchors.name, method, score, train_seconds), score.apgr_boot, score)
+    return Figure(_router_row(anchors.name, method, score, train_seconds), score=score)
 
 
 def curve_row(
@@ -265,7 +266,7 @@ def model_figure(anchors: AnchorSet, method: str) -> Figure:
         extra={"pgr": 1.0 if strong else 0.0, "strong_share": 1.0 if strong else 0.0},
         curve=[(1.0 if strong else 0.0, round(quality, 4))],
     )
-    return Figure(row, boot)
+    return Figure(row, quality_boot=boot)
 
 
 def model_row(anchors: AnchorSet, method: str) -> BenchRow:
@@ -292,7 +293,7 @@ def pooled_rows(per_split: list[list[Figure]]) -> list[BenchRow]:
             seconds = sum(took) / len(took) if took else None
             row = _router_row(first.anchors, first.method, score, seconds)
         else:
-            boot = np.mean([f.boot for f in figures], axis=0)
+            boot = np.mean([f.quality_boot for f in figures if f.quality_boot is not None], axis=0)
             row = dataclasses.replace(
                 first,
                 value=float(np.mean(values)),

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from worker.features.context import leaves, parse_state
 from worker.features.text import Text, every_word, read, with_pairs
@@ -46,6 +48,12 @@ class Terms:
 
     ids: list[int]
     values: list[float]
+
+
+def reading_of(config: Mapping[str, Any]) -> int:
+    """How a model's config says its part reads a row: a config from before `wide_reading`, by
+    reading 1 (what it was trained with)."""
+    return int(config.get("wide_reading") or 1)
 
 
 def text_counts(state_text: str, reading: int = READING) -> dict[str, int]:

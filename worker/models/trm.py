@@ -45,7 +45,7 @@ from torch import nn
 from core.rundir import FEATURES, TRM_CONFIG, TRM_MODEL, write_bytes_atomic, write_json_atomic
 from core.schemas.train import TrmTrainerConfig
 from worker.context import StageFailure
-from worker.features.wide import BUCKETS, READING, Terms, wide_terms
+from worker.features.wide import BUCKETS, READING, Terms, reading_of, wide_terms
 from worker.models.feature_space import FeatureSpace
 from worker.models.policy import Policy, files_hash, model_files
 from worker.models.rows import read_rows
@@ -272,7 +272,7 @@ def build(space: FeatureSpace, config: dict[str, Any]) -> TinyRecursiveModel:
         int(config["cycles"]),
         float(config.get("dropout") or 0.0),
         wide_buckets(config),
-        wide_reading(config),
+        reading_of(config),
     )
 
 
@@ -282,11 +282,6 @@ def wide_buckets(config: dict[str, Any]) -> int:
     if not float(config.get("wide") or 0.0) > 0:
         return 0
     return int(config.get("wide_buckets") or BUCKETS)
-
-
-def wide_reading(config: dict[str, Any]) -> int:
-    """How a config's text part reads a row: a config from before the knob, reading 1."""
-    return int(config.get("wide_reading") or 1)
 
 
 def save_model(

@@ -41,6 +41,7 @@ from torch import nn
 from core.rundir import FEATURES, TRAIN_ROWS, TRM_BEST, TRM_CONFIG, TRM_MODEL, VAL_ROWS
 from core.schemas.train import TrmTrainerConfig
 from worker.context import StageFailure
+from worker.features.wide import reading_of
 from worker.models.encoding import BLOCKS
 from worker.models.feature_space import FeatureSpace
 from worker.models.rows import read_rows
@@ -51,7 +52,6 @@ from worker.models.trm import (
     save_model,
     wide_buckets,
     wide_input,
-    wide_reading,
 )
 from worker.train import checkpoints, trm_screen, trm_wide
 from worker.train.callbacks import TrainerCallbacks
@@ -274,7 +274,7 @@ def _train(
             seed,
         )
         space, fitted, top = screen.space, screen.fitted, screen.top
-    buckets, reading = wide_buckets(cfg), wide_reading(cfg)
+    buckets, reading = wide_buckets(cfg), reading_of(cfg)
     data = Encoded(space, rows, buckets, reading)
     val = Encoded(space, val_rows, buckets, reading)
 
