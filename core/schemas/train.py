@@ -156,7 +156,10 @@ class TrmTrainerConfig(StrictModel):
         "peak; docs/quality.md: grid +0.011, verify -0.035 on fresh seeds); "
         "where the score is a ranking across rows (a router swept by threshold), not the pick of "
         "each, `auc` (per row, the share of the labelled candidate's wrong instances in other "
-        "rows it outscores: for two candidates the ROC AUC; ties: the lower loss) or `loss`.",
+        "rows it outscores: for two candidates the ROC AUC; ties: the lower loss) or `loss`. "
+        "With a text part (`wide`), `auc` and `loss` offer the part alone (the network's "
+        "scores left out) before the first epoch: a network that never beats it on val is not "
+        "kept.",
     )
     select_after_warmup: bool = Field(
         default=False,

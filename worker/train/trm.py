@@ -321,6 +321,11 @@ def _train(
         if (resume / TRM_BEST).is_file():
             best["state"] = load_file(resume / TRM_BEST, device=str(device))
     resumed_from = step if resume else None
+    if buckets and not resume and len(val) and cfg["select_by"] in ("loss", "auc"):
+        # The text part alone is the first candidate: the network is kept only where it beats it.
+        start = Ema(model, EMA_DECAY)
+        start.weights = trm_wide.alone(start.weights)
+        _select(model, start, val, sup, device, best, -1, callbacks, 0, cfg["select_by"])
 
     warm = max(1, total // 20)  # batches of the learning rate's linear warmup
 

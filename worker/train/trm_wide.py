@@ -135,3 +135,20 @@ def fit_with_out_of_fold(
     if not math.isfinite(float(np.abs(weights).sum())):
         raise ValueError("the linear text part did not converge")
     return weights, out
+
+
+def alone(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A trm's weights (`state_dict`) answering by its text part alone: the network's score head
+    zeroed and the part's gate at 1. The network still runs (its halting head decides how many
+    steps), but every candidate gets the same score from it, so the part alone ranks them.
+
+    The trainer offers these weights to its val selection before the first epoch
+    (`select_by` loss or auc): a network that never beats its own text part on val worlds is not
+    kept. Where the other columns say nothing about unseen worlds (a router's prices and prompt
+    lengths on unseen subjects), the network's epochs fit the train worlds' noise on top of
+    the part."""
+    out = {k: v.clone() for k, v in state.items()}
+    out["score.weight"].zero_()
+    out["score.bias"].zero_()
+    out["wide_gate"].fill_(1.0)
+    return out
