@@ -110,7 +110,8 @@ def main() -> int:
     parser.add_argument(
         "--text-encoder",
         choices=("tokens", "smollm2"),
-        help="the trm's and gbdt's text_encoder, for the benches that take it (routellm)",
+        help="the trm's and gbdt's text_encoder, for the benches that take it (routellm; "
+        "default: each its own, the routellm trm smollm2 and the gbdt tokens)",
     )
     parser.add_argument(
         "--splits",
