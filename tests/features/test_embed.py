@@ -13,7 +13,9 @@ import pytest
 
 from core.settings import get_settings
 from tests.train.qlora_fixtures import converted_cache
+from tests.train.tiny import tiny_trm
 from worker.context import StageFailure
+from worker.decide.controller import DecideRow, load_controller
 from worker.evaluate.policies import load_policy
 from worker.features.embed import long_texts
 from worker.features.kinds import explain
@@ -21,7 +23,7 @@ from worker.models import base_model
 from worker.models.feature_space import FeatureSpace
 from worker.models.policy import argmax
 from worker.models.sentence import DIMS, SentenceEncoder
-from worker.train import gbdt
+from worker.train import gbdt, trm
 from worker.train.callbacks import TrainerCallbacks
 
 # Requests for hard work (the strong model) and for small talk (the weak one), in two wordings
@@ -148,3 +150,33 @@ def test_a_router_learns_from_meaning_what_words_alone_cannot_carry(settings_cac
         names = json.loads((out / "features.json").read_text())["names"]
         assert any(n.startswith("E:prompt:") for n in names) == (encoder == "smollm2")
     assert right["smollm2"] >= 0.875 > right["tokens"], right
+
+
+def test_a_trm_reading_meaning_beside_its_text_part_decides_in_the_decision_process(
+    settings_cache, tmp_path
+):
+    """The routellm bench's trm configuration (sentence encoder and linear text part): the
+    decision process's controller answers as the trained model, through the general encoder
+    (the compiled one reads words only)."""
+    train = [row(t, True, f"w{i % 4}") for i, t in enumerate(HARD)]
+    train += [row(t, False, f"w{i % 4}") for i, t in enumerate(EASY)]
+    random.Random(0).shuffle(train)
+    unseen = [row(t, True, "u") for t in HARD_UNSEEN] + [row(t, False, "u") for t in EASY_UNSEEN]
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train))
+    (corpus / "val.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train[:4]))
+    config = {**tiny_trm(epochs=30), "text_encoder": "smollm2", "wide": 1.0, "screen": 0}
+    trm.train(config, corpus, tmp_path / "m", TrainerCallbacks(), seed=0)
+    policy = load_policy({"type": "trm", "path": str(tmp_path / "m")})
+    states, tools = [r["state"] for r in unseen], [r["tools"] for r in unseen]
+    scores = policy.scores_batch(states, tools)
+    controller = load_controller(tmp_path / "m", "trm")
+    decided = controller.decide([DecideRow(s, list(t)) for s, t in zip(states, tools, strict=True)])
+    assert [d.action for d in decided] == [t[argmax(s)] for t, s in zip(tools, scores, strict=True)]
+    logits = np.array(scores)
+    probabilities = np.exp(logits - logits.max(-1, keepdims=True))
+    probabilities /= probabilities.sum(-1, keepdims=True)
+    np.testing.assert_allclose([d.scores for d in decided], probabilities, atol=1e-4)
+    right = [d.action == r["action"] for d, r in zip(decided, unseen, strict=True)]
+    assert sum(right) / len(unseen) >= 0.75
