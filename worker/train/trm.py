@@ -12,7 +12,7 @@ selection and checkpoints.
   after every epoch the average's val accuracy (with halting, as the policy answers; ties go
   to the lower val loss), or its val loss or ranking AUC (`select_by`); the best epoch's average
   is kept and written, and training stops after `patience` epochs without a better one. The
-  anchors are never looked at.
+  anchors are never looked at. With a text part, loss and auc weigh the part alone first.
 - **Checkpoints** (`checkpoints/step-NNNNNN/`: the current, averaged and best weights, the
   features, the optimizer, the RNG) every `checkpoint_every` batches and on a stop; `train()`
   resumes from the newest. The data order is a function of (seed, epoch), so a resumed run takes
