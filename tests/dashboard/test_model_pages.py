@@ -63,7 +63,7 @@ def routellm_scorecard() -> dict[str, Any]:
     outcomes: a router that knows where only the strong model is right, beside the baselines."""
     from worker.evaluate.external import scorecard
     from worker.external import routing
-    from worker.external.routellm import AnchorSet, curve_row, model_row
+    from worker.external.routellm import AnchorSet, curve_figure, model_figure
 
     rng = np.random.default_rng(0)
     weak, strong = rng.random(200) < 0.6, rng.random(200) < 0.8
@@ -71,11 +71,11 @@ def routellm_scorecard() -> dict[str, Any]:
     anchors = AnchorSet("mmlu-unseen-subjects", [], [], outcomes, routing.resamples(200, count=100))
     knowing = outcomes.oracle_scores() + rng.normal(0, 0.8, 200)
     rows = [
-        curve_row(anchors, "random", [rng.random(200)]),
-        model_row(anchors, "always-weak"),
-        model_row(anchors, "always-strong"),
-        curve_row(anchors, "oracle", [outcomes.oracle_scores()]),
-        curve_row(anchors, "router", [knowing]),
+        curve_figure(anchors, "random", [rng.random(200)]).row,
+        model_figure(anchors, "always-weak").row,
+        model_figure(anchors, "always-strong").row,
+        curve_figure(anchors, "oracle", [outcomes.oracle_scores()]).row,
+        curve_figure(anchors, "router", [knowing]).row,
     ]
     resolved = {
         "bench": "routellm",

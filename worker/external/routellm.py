@@ -247,15 +247,6 @@ def curve_figure(
     return Figure(_router_row(anchors.name, method, score, train_seconds), score=score)
 
 
-def curve_row(
-    anchors: AnchorSet,
-    method: str,
-    scores_per_seed: list[np.ndarray],
-    train_seconds: float | None = None,
-) -> BenchRow:
-    return curve_figure(anchors, method, scores_per_seed, train_seconds).row
-
-
 def model_figure(anchors: AnchorSet, method: str) -> Figure:
     """always-weak / always-strong: one point, scored by its quality."""
     strong = method == "always-strong"
@@ -275,10 +266,6 @@ def model_figure(anchors: AnchorSet, method: str) -> Figure:
         curve=[(1.0 if strong else 0.0, round(quality, 4))],
     )
     return Figure(row, quality_boot=boot)
-
-
-def model_row(anchors: AnchorSet, method: str) -> BenchRow:
-    return model_figure(anchors, method).row
 
 
 def split_name(anchors: str, split: int) -> str:
@@ -389,7 +376,7 @@ class RouteLlmBench:
                     )
             for anchors, states in zip(sets, shaped, strict=True):
                 scores = policy_scores(model.policy, states)
-                rows.append(curve_row(anchors, model.name, [scores]))
+                rows.append(curve_figure(anchors, model.name, [scores]).row)
             log(f"routellm {model.name}: scored on {sum(len(s.states) for s in sets)} prompts")
         return rows
 
@@ -411,12 +398,12 @@ class RouteLlmBench:
     def _baselines(
         self, corpus: Path, sets: list[AnchorSet], seeds: list[int], log: Log
     ) -> list[Figure]:
-        rows: list[Figure] = []
+        figures: list[Figure] = []
         tfidf = tfidf_scores(_read(corpus / "train.jsonl"), sets)
         for anchors, text_scores in zip(sets, tfidf, strict=True):
             n = len(anchors.states)
             rand = [np.random.default_rng(seed).random(n) for seed in seeds]
-            rows += [
+            figures += [
                 curve_figure(anchors, "random", rand),
                 model_figure(anchors, "always-weak"),
                 model_figure(anchors, "always-strong"),
@@ -424,7 +411,7 @@ class RouteLlmBench:
                 curve_figure(anchors, "tfidf-logreg", [text_scores]),
             ]
             log(f"routellm {anchors.name}: baselines scored on {n} prompts")
-        return rows
+        return figures
 
     def _learned(
         self,
